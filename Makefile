@@ -1,0 +1,42 @@
+# Sluice developer entry points. See README.md.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: install test test-unit lint demo platform-up platform-down deploy crds bench clean
+
+install: $(STAMP)
+
+$(STAMP): pyproject.toml
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	@touch $(STAMP)
+
+test: install
+	$(BIN)/python -m pytest tests
+
+test-unit: install
+	$(BIN)/python -m pytest tests/unit
+
+lint: install
+	$(BIN)/ruff check operator runtime-image devtools tests bench
+	$(BIN)/mypy
+	$(BIN)/lint-imports
+
+demo: install
+	$(BIN)/python -m sluice_dev.demo
+
+platform-up: install
+	$(BIN)/sluice-dev platform up
+
+platform-down: install
+	$(BIN)/sluice-dev platform down
+
+crds: install
+	$(BIN)/sluice crds --output-dir crds
+
+clean:
+	rm -rf $(VENV) .platform .pytest_cache .mypy_cache .ruff_cache

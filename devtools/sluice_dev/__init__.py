@@ -1,0 +1,1 @@
+"""Development and test tooling: the local platform (Kafka, Kubernetes control plane, Spark jars)."""

@@ -1,0 +1,1 @@
+"""Provisioning and lifecycle of the local platform components."""

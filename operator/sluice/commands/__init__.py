@@ -1,0 +1,1 @@
+"""Subcommands of the sluice CLI (one module each)."""

@@ -1,0 +1,1 @@
+"""Sluice data plane: executes pinned plans with PySpark Structured Streaming."""
