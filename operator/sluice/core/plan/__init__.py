@@ -1,0 +1,1 @@
+"""Execution plans: a JSON DAG of typed, versioned steps."""

@@ -1,0 +1,118 @@
+"""The query part of a StreamingQuery spec (pure pydantic models, reused by the CRD models).
+
+Field names are camelCase on the wire (YAML/JSON), snake_case in Python.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+from pydantic.alias_generators import to_camel
+
+
+class SpecModel(BaseModel):
+    """Base for spec models: camelCase aliases, unknown fields refused."""
+
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid")
+
+
+class Column(SpecModel):
+    name: str = Field(min_length=1, description="Column name as the SQL refers to it.")
+    type: str = Field(
+        min_length=1,
+        description="Spark SQL type: string, int, bigint, double, boolean, timestamp, date, "
+        "decimal(p,s), array<...>, map<...>, struct<...>.",
+    )
+
+
+class EventTime(SpecModel):
+    column: str = Field(min_length=1, description="Timestamp column that carries event time.")
+    watermark: str = Field(
+        min_length=1, description="How late events may arrive, e.g. '1 minute' or '30 seconds'."
+    )
+
+
+class MalformedPolicy(SpecModel):
+    """What happens to records that do not parse (bad JSON, wrong types)."""
+
+    policy: Literal["deadLetter", "skip", "fail"] = Field(
+        default="deadLetter",
+        description="deadLetter: send raw bytes and the error to a dead-letter topic (default); "
+        "skip: drop and count; fail: stop the query.",
+    )
+    topic: str | None = Field(
+        default=None, description="Dead-letter topic; defaults to '<sink topic>.dlq'."
+    )
+
+
+class Source(SpecModel):
+    name: str = Field(min_length=1, description="The name the SQL uses for this source.")
+    topic: str = Field(min_length=1, description="Kafka topic to read.")
+    format: Literal["json"] = Field(default="json", description="Record value format.")
+    schema_: list[Column] = Field(
+        alias="schema", min_length=1, description="Columns of the record value."
+    )
+    event_time: EventTime | None = Field(default=None, description="Event-time column and watermark.")
+    starting_offsets: Literal["earliest", "latest"] = Field(
+        default="earliest", description="Where a new query starts reading."
+    )
+    max_offsets_per_trigger: int | None = Field(
+        default=None, ge=1, description="Rate limit: at most this many records per micro-batch."
+    )
+    malformed: MalformedPolicy = Field(default_factory=MalformedPolicy)
+
+
+class Sink(SpecModel):
+    topic: str = Field(min_length=1, description="Kafka topic to write.")
+    format: Literal["json"] = Field(default="json", description="Record value format.")
+    key: list[str] = Field(default_factory=list, description="Output columns that form the record key.")
+    output_mode: Literal["append", "update", "complete"] = Field(
+        default="append", description="Spark output mode."
+    )
+    delivery: Literal["atLeastOnce", "exactlyOnce"] = Field(
+        default="atLeastOnce",
+        description="atLeastOnce: Spark's Kafka sink; exactlyOnce: transactional sink "
+        "(read with isolation.level=read_committed).",
+    )
+    partitions: int | None = Field(default=None, ge=1, description="Partitions when the topic is created.")
+    replication_factor: int | None = Field(
+        default=None, ge=1, description="Replication factor when the topic is created."
+    )
+
+
+class Trigger(SpecModel):
+    processing_time: str | None = Field(
+        default=None, description="Micro-batch interval, e.g. '5 seconds'; absent: as fast as possible."
+    )
+
+
+class QuerySpec(SpecModel):
+    """The query part of a StreamingQuery: sources, SQL, sink, trigger."""
+
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="ignore")
+
+    sources: list[Source] = Field(min_length=1, description="Kafka topics the SQL reads.")
+    sql: str = Field(description="One Spark SQL SELECT statement over the sources.")
+    sink: Sink
+    trigger: Trigger = Field(default_factory=Trigger)
+    shuffle_partitions: int = Field(
+        default=8, ge=1, le=10000,
+        description="spark.sql.shuffle.partitions; pinned by the checkpoint (changing it is a topology change).",
+    )
+
+
+class UpgradePolicy(SpecModel):
+    """What the operator may do when the query changes."""
+
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid")
+
+    allow_replace: bool = Field(
+        default=True,
+        description="Allow upgrades that need a new checkpoint (state is rebuilt, offsets handed off).",
+    )
+    replace_strategy: Literal["handOff", "backfill"] = Field(
+        default="handOff",
+        description="handOff: the new query starts where the old one stopped; "
+        "backfill: the new query re-reads its sources from the earliest offsets.",
+    )
