@@ -1,0 +1,35 @@
+"""`sluice-dev`: developer tooling (the local platform)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from sluice_dev.platform import common, orchestrate
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="sluice-dev", description="Sluice developer tooling.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    platform = sub.add_parser("platform", help="the local platform: Kafka, Kubernetes, node agent")
+    platform.add_argument("action", choices=["up", "down", "status"])
+    platform.add_argument("--state-dir", type=Path, default=Path(".platform"))
+    platform.add_argument("--no-nodeagent", action="store_true", help="do not start the node agent")
+    args = parser.parse_args(argv)
+    try:
+        if args.action == "up":
+            orchestrate.up(args.state_dir, with_nodeagent=not args.no_nodeagent)
+        elif args.action == "down":
+            orchestrate.down(args.state_dir)
+        else:
+            return 0 if orchestrate.status(args.state_dir) else 1
+    except common.PlatformError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())
