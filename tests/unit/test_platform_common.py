@@ -1,0 +1,65 @@
+"""Pure parts of the platform plumbing: env file, errors, process helpers."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from sluice_dev.platform import common, orchestrate
+
+
+def test_env_file_exports_and_prepends_path(tmp_path: Path) -> None:
+    path = orchestrate.write_env(
+        tmp_path, {"KUBECONFIG": "/x y/admin.kubeconfig", "SLUICE_KAFKA_BOOTSTRAP": "127.0.0.1:9"}, ["/b"]
+    )
+    script = f"source {path}; echo \"$KUBECONFIG|$SLUICE_KAFKA_BOOTSTRAP|${{PATH%%:*}}\""
+    out = subprocess.run(["bash", "-c", script], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "/x y/admin.kubeconfig|127.0.0.1:9|/b"
+
+
+def test_platform_error_names_component_and_log(tmp_path: Path) -> None:
+    err = common.PlatformError("kafka", "port busy", tmp_path / "kafka.log")
+    assert str(err).startswith("kafka: port busy")
+    assert str(tmp_path / "kafka.log") in str(err)
+
+
+def test_wait_until_reports_crashed_process_with_log_tail(tmp_path: Path) -> None:
+    log = tmp_path / "svc.log"
+    proc = common.spawn(
+        "svc",
+        [sys.executable, "-c", "print('boom: cannot bind'); raise SystemExit(3)"],
+        log_path=log,
+        pid_path=tmp_path / "svc.pid",
+    )
+    with pytest.raises(common.PlatformError) as info:
+        common.wait_until("svc", lambda: False, timeout=20, log_path=log, proc=proc)
+    message = str(info.value)
+    assert "exited with code 3" in message
+    assert "boom: cannot bind" in message
+    assert info.value.component == "svc"
+
+
+def test_stop_pid_stops_process_group_and_is_idempotent(tmp_path: Path) -> None:
+    pid_path = tmp_path / "sleep.pid"
+    proc = common.spawn(
+        "sleep", ["sleep", "60"], log_path=tmp_path / "sleep.log", pid_path=pid_path
+    )
+    common.stop_pid(pid_path, grace=5)
+    assert proc.wait(timeout=5) is not None
+    assert not pid_path.exists()
+    common.stop_pid(pid_path)  # nothing left to stop: no error
+
+
+def test_missing_executable_is_a_platform_error(tmp_path: Path) -> None:
+    with pytest.raises(common.PlatformError, match="cannot execute"):
+        common.spawn(
+            "ghost", ["/nonexistent/bin/ghost"], log_path=tmp_path / "g.log", pid_path=tmp_path / "g.pid"
+        )
+
+
+def test_run_logged_failure_names_component(tmp_path: Path) -> None:
+    with pytest.raises(common.PlatformError, match="^mvn: .*exit code 2"):
+        common.run_logged("mvn", ["bash", "-c", "echo nope; exit 2"], log_path=tmp_path / "p.log")
