@@ -37,6 +37,7 @@ platform-down: install
 
 crds: install
 	$(BIN)/sluice crds --output-dir crds
+	cp crds/*.sluice.dev.yaml charts/sluice/crds/
 
 clean:
 	rm -rf $(VENV) .platform .pytest_cache .mypy_cache .ruff_cache

@@ -112,7 +112,7 @@ def spawn(
     full_env = dict(os.environ)
     if env:
         full_env.update(env)
-    log = open(log_path, "ab")  # noqa: SIM115 - handed to the child
+    log = open(log_path, "ab")
     try:
         proc = subprocess.Popen(
             list(argv),
@@ -198,7 +198,7 @@ def wait_until(
         try:
             if check():
                 return
-        except Exception:  # noqa: BLE001 - any failure means "not yet"
+        except Exception:
             pass
         time.sleep(interval)
     raise PlatformError(

@@ -47,7 +47,8 @@ LOG4J_VERSION = "2.25.4"
 
 HOST = "127.0.0.1"
 NODE_ID = 1
-HEAP = "512m"
+#: A small heap, C1 only and a serial collector: quick to start, light on small shared machines.
+BROKER_JVM_OPTS = ("-Xmx512m", "-Xms128m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1")
 READY_TIMEOUT = 120.0
 _MARKER = ".provisioned"
 
@@ -130,8 +131,14 @@ def provision(log: Callable[[str], object] = print) -> Path:
         run_logged(
             COMPONENT,
             [
-                mvn, "-B", "-ntp", "-f", str(pom), "dependency:copy-dependencies",
-                "-DincludeScope=runtime", f"-DoutputDirectory={staging}",
+                mvn,
+                "-B",
+                "-ntp",
+                "-f",
+                str(pom),
+                "dependency:copy-dependencies",
+                "-DincludeScope=runtime",
+                f"-DoutputDirectory={staging}",
             ],
             log_path=log_path,
             cwd=root,
@@ -268,7 +275,7 @@ def start(state_dir: Path, *, port: int | None = None, controller_port: int | No
     ``port``/``controller_port`` default to free loopback ports. Any failure (no java, a busy
     port, a JVM that exits or never becomes ready) raises PlatformError naming ``kafka.log``.
     """
-    state_dir = Path(state_dir)
+    state_dir = Path(state_dir).resolve()
     if port is None and controller_port is None:
         existing = _running(state_dir)
         if existing is not None:
@@ -280,14 +287,14 @@ def start(state_dir: Path, *, port: int | None = None, controller_port: int | No
     if log_path.exists():
         log_path.replace(log_path.with_name("kafka.log.prev"))
     log_path.touch()
-    java = find_java()
-    libs = provision()
     port = port if port is not None else free_port(HOST)
     controller_port = controller_port if controller_port is not None else free_port(HOST)
     while controller_port == port:
         controller_port = free_port(HOST)
     _ensure_port_free(port, log_path)
     _ensure_port_free(controller_port, log_path)
+    java = find_java()
+    libs = provision()
 
     shutil.rmtree(paths["data"], ignore_errors=True)
     paths["data"].mkdir(parents=True)
@@ -303,14 +310,22 @@ def start(state_dir: Path, *, port: int | None = None, controller_port: int | No
     run_logged(
         COMPONENT,
         [
-            java, "-Xmx256m", "-XX:TieredStopAtLevel=1", *common, "kafka.tools.StorageTool", "format",
-            "--cluster-id", _random_cluster_id(), "--config", str(paths["config"]), "--ignore-formatted",
+            java,
+            "-Xmx256m",
+            "-XX:TieredStopAtLevel=1",
+            *common,
+            "kafka.tools.StorageTool",
+            "format",
+            "--cluster-id",
+            _random_cluster_id(),
+            "--config",
+            str(paths["config"]),
+            "--ignore-formatted",
         ],
         log_path=log_path,
         timeout=180,
     )
-    broker = [java, f"-Xmx{HEAP}", "-Xms128m", "-XX:+UseSerialGC", *common, "kafka.Kafka"]
-    broker.append(str(paths["config"]))
+    broker = [java, *BROKER_JVM_OPTS, *common, "kafka.Kafka", str(paths["config"])]
     bootstrap = f"{HOST}:{port}"
     proc = spawn(COMPONENT, broker, log_path=log_path, pid_path=paths["pid"])
     try:
