@@ -14,7 +14,13 @@ from collections.abc import Sequence
 from sluice import __version__
 
 #: subcommand name -> module implementing it
-COMMANDS: dict[str, str] = {}
+COMMANDS: dict[str, str] = {
+    "plan": "sluice.commands.plan",
+    "diff": "sluice.commands.diff",
+    "operator": "sluice.commands.operator",
+    "crds": "sluice.commands.crds",
+    "run": "sluice.commands.run",
+}
 
 
 def build_parser() -> argparse.ArgumentParser:

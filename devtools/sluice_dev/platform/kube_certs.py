@@ -1,9 +1,10 @@
 """Certificates and kubeconfigs of the local control plane, made with the ``openssl`` CLI.
 
-Layout under ``<state_dir>/kube/pki/``: ``ca.{crt,key}``, ``apiserver.{crt,key}`` (serving),
-``admin``, ``kube-controller-manager``, ``kube-scheduler`` and ``apiserver-kubelet-client`` client
-certificates, and the service-account key pair ``sa.{key,pub}``. A ``.complete`` marker is written
-last, so that a crash half-way through generation leads to a clean regeneration next time.
+Layout under ``<state_dir>/kube/pki/``: ``ca.{crt,key}``, ``apiserver.{crt,key}`` (serving), the
+``admin``, ``kube-controller-manager``, ``kube-scheduler``, ``apiserver-kubelet-client`` and
+``front-proxy-client`` client certificates, and the service-account key pair ``sa.{key,pub}``.
+A ``.complete`` marker is written last, so that a crash half-way through generation (or a newer
+layout) leads to a clean regeneration next time.
 """
 
 from __future__ import annotations
@@ -38,6 +39,8 @@ CLIENTS: dict[str, tuple[str, tuple[str, ...]]] = {
     "kube-controller-manager": ("system:kube-controller-manager", ()),
     "kube-scheduler": ("system:kube-scheduler", ()),
     "apiserver-kubelet-client": ("kube-apiserver-kubelet-client", ("system:masters",)),
+    # The apiserver's identity towards aggregated API servers (request-header authentication).
+    "front-proxy-client": ("front-proxy-client", ()),
 }
 
 
@@ -104,7 +107,8 @@ def issue(
         lines += ["extendedKeyUsage=clientAuth"]
     ext.write_text("\n".join(lines) + "\n")
     _new_key(pki, key)
-    _openssl(pki, "req", "-new", "-key", str(key), "-subj", _subject(common_name, organisations), "-out", str(csr))
+    subject = _subject(common_name, organisations)
+    _openssl(pki, "req", "-new", "-key", str(key), "-subj", subject, "-out", str(csr))
     _openssl(
         pki, "x509", "-req", "-in", str(csr), "-CA", str(pki.ca_crt), "-CAkey", str(pki.ca_key),
         "-set_serial", f"0x{secrets.token_hex(16)}", "-days", DAYS, "-sha256", "-extfile", str(ext),
@@ -117,7 +121,10 @@ def issue(
 
 def _valid(pki: Pki) -> bool:
     """All files present and the CA still valid for a day."""
-    if not (pki.dir / ".complete").is_file():
+    names = ["ca", "apiserver", *CLIENTS]
+    expected = [pki.dir / ".complete", pki.sa_key, pki.sa_pub]
+    expected += [path for name in names for path in (pki.crt(name), pki.key(name))]
+    if not all(path.is_file() for path in expected):
         return False
     result = subprocess.run(
         ["openssl", "x509", "-checkend", "86400", "-noout", "-in", str(pki.ca_crt)],

@@ -221,8 +221,12 @@ class Plan(PlanModel):
         return sinks[0]
 
     def canonical_json(self) -> str:
-        """Canonical JSON of the content (sorted keys, no whitespace, hash excluded)."""
-        data = self.model_dump(mode="json", by_alias=True, exclude={"hash"})
+        """Canonical JSON of the content (sorted keys, no whitespace, hash excluded).
+
+        Fields that are None are left out: a field added to a model later must be optional with
+        default None (meaning "as before"), so that old plans keep their hashes.
+        """
+        data = self.model_dump(mode="json", by_alias=True, exclude={"hash"}, exclude_none=True)
         return json.dumps(data, sort_keys=True, separators=(",", ":"))
 
     def compute_hash(self) -> str:

@@ -1,0 +1,191 @@
+"""``sluice operator``: run the control plane (kopf) in this process."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import os
+import socket
+import sys
+import threading
+import uuid
+from typing import Any
+
+
+def register(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "operator", help="Run the operator (kopf) in this process.",
+        description="Reconcile StreamingQuery and QueryCluster objects.",
+    )
+    parser.add_argument("--namespace", "-n", action="append", default=[],
+                        help="Namespace to watch (repeatable); absent: all namespaces.")
+    mode = parser.add_mutually_exclusive_group()
+    mode.add_argument("--peering", metavar="NAME",
+                      help="Also use kopf peering under this name (needs the kopf.dev CRDs).")
+    mode.add_argument("--standalone", action="store_true", help="No kopf peering (the default).")
+    parser.add_argument("--no-leader-election", action="store_true",
+                        help="Act without holding the Lease (only one replica may run!).")
+    parser.add_argument("--lease-name", default="sluice-operator")
+    parser.add_argument("--lease-namespace", default=None,
+                        help="Namespace of the Lease; default: $POD_NAMESPACE, the first --namespace "
+                        "or default.")
+    parser.add_argument("--lease-seconds", type=int, default=15)
+    parser.add_argument("--identity", default=None,
+                        help="Identity in the Lease (default: host name + random).")
+    parser.add_argument("--metrics-port", type=int, default=9090, help="Prometheus port (0: off).")
+    parser.add_argument("--kubeconfig", default=None, help="Kubeconfig (default: $KUBECONFIG or in-cluster).")
+    parser.add_argument("--log-format", choices=["json", "text"], default="json")
+    parser.add_argument("--verbose", "-v", action="store_true")
+
+
+class JsonFormatter(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        out: dict[str, Any] = {
+            "time": self.formatTime(record, "%Y-%m-%dT%H:%M:%S"),
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "message": record.getMessage(),
+        }
+        ref = getattr(record, "k8s_ref", None)
+        if ref:
+            out["object"] = ref
+        if record.exc_info:
+            out["exception"] = self.formatException(record.exc_info)
+        return json.dumps(out, default=str)
+
+
+def setup_logging(fmt: str, verbose: bool) -> None:
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(JsonFormatter() if fmt == "json" else logging.Formatter(
+        "%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(logging.DEBUG if verbose else logging.INFO)
+    for noisy in ("kubernetes", "urllib3", "asyncio"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+
+
+def api_client(kubeconfig: str | None) -> Any:
+    from kubernetes import client, config
+
+    path = kubeconfig or os.environ.get("KUBECONFIG")
+    cfg = client.Configuration()
+    if path:
+        config.load_kube_config(config_file=path, client_configuration=cfg)
+    else:
+        config.load_incluster_config(client_configuration=cfg)
+    cfg.connection_pool_maxsize = 32  # kopf runs up to 16 sync handlers at once
+    return client.ApiClient(configuration=cfg)
+
+
+def make_login(kubeconfig: str | None) -> Any:
+    import kopf
+
+    def login(**kwargs: Any) -> Any:
+        path = kubeconfig or os.environ.get("KUBECONFIG")
+        if path:
+            from kubernetes import config
+
+            loader_client = config.new_client_from_config(config_file=path)
+            c = loader_client.configuration
+            token = None
+            auth = c.api_key.get("authorization") if c.api_key else None
+            if auth:
+                token = auth.removeprefix("Bearer ").strip()
+            info = kopf.ConnectionInfo(
+                server=c.host,
+                ca_path=c.ssl_ca_cert,
+                insecure=not c.verify_ssl,
+                certificate_path=c.cert_file,
+                private_key_path=c.key_file,
+                token=token,
+                default_namespace="default",
+            )
+            return info
+        return kopf.login_with_service_account(**kwargs)
+
+    return login
+
+
+def run_operator(args: argparse.Namespace, stop: threading.Event | None = None,
+                 ready: threading.Event | None = None, env_factory: Any = None) -> int:
+    """Run until ``stop`` is set (tests) or a signal arrives; returns the exit code.
+
+    ``env_factory(kube) -> Env`` replaces the default environment (benchmarks use a stub Kafka).
+    """
+    import kopf
+
+    from sluice.operator.handlers import _common
+    from sluice.operator.kube import Kube
+    from sluice.operator.leader import LeaderElector
+    from sluice.operator.main import build_registry
+    from sluice.operator.reconcile import Env
+
+    stop = stop or threading.Event()
+    api = api_client(args.kubeconfig)
+    kube = Kube(api)
+    if env_factory is not None:
+        _common.configure(lambda: env_factory(kube))
+    else:
+        _common.configure(lambda: Env(kube=kube, events=_common.post_event))
+    log = logging.getLogger("sluice.operator")
+
+    if args.metrics_port:
+        from sluice.operator.metrics import metrics, serve
+
+        metrics()
+        try:
+            serve(args.metrics_port)
+        except OSError as exc:
+            log.warning("metrics port %s unavailable: %s", args.metrics_port, exc)
+
+    identity = args.identity or f"{socket.gethostname()}-{uuid.uuid4().hex[:6]}"
+    elector = None
+    if not args.no_leader_election:
+        lease_ns = args.lease_namespace or os.environ.get("POD_NAMESPACE") or (
+            args.namespace[0] if args.namespace else "default")
+        elector = LeaderElector(kube, lease_ns, args.lease_name, identity, lease_seconds=args.lease_seconds,
+                                renew_seconds=max(1.0, args.lease_seconds / 3))
+        if not elector.wait_for_leadership(stop):
+            return 0
+        lost = threading.Event()
+        renewer = threading.Thread(target=elector.keep_renewing, args=(stop, lost), daemon=True,
+                                   name="sluice-lease")
+        renewer.start()
+    else:
+        lost = threading.Event()
+
+    kopf_stop = threading.Event()
+
+    def watchdog() -> None:
+        while not kopf_stop.is_set():
+            if stop.wait(0.5) or lost.is_set():
+                kopf_stop.set()
+                return
+
+    threading.Thread(target=watchdog, daemon=True, name="sluice-stop").start()
+    registry = build_registry(login=make_login(args.kubeconfig))
+    log.info("operator %s starting (namespaces: %s)", identity, args.namespace or "all")
+    try:
+        asyncio.run(kopf.operator(
+            registry=registry,
+            clusterwide=not args.namespace,
+            namespaces=list(args.namespace or ()),
+            standalone=args.peering is None,
+            peering_name=args.peering,
+            identity=identity,  # type: ignore[arg-type]
+            stop_flag=kopf_stop,
+            ready_flag=ready,
+        ))
+    finally:
+        kopf_stop.set()
+        if elector is not None:
+            elector.release()
+    return 1 if lost.is_set() else 0
+
+
+def run(args: argparse.Namespace) -> int:
+    setup_logging(args.log_format, args.verbose)
+    return run_operator(args)

@@ -1,0 +1,147 @@
+"""Where a step's columns come from: expressions expanded down to typed source columns.
+
+A stateful operator's state is only meaningful under the exact expressions that fed it. Comparing
+the operator's own parameters is not enough: ``GROUP BY k`` means something else when an upstream
+projection changes ``k`` from ``upper(name)`` to ``lower(name)``, and an ``int`` source column that
+becomes ``bigint`` changes ``sum(amount)``'s buffer. So every expression a stateful operator uses is
+expanded through projections, filters, watermarks, unions and joins down to leaves that name the
+source and column *and carry its type*; two plans keep a state's meaning only if these expansions
+are equal. Renaming a column on the way (``x AS y`` then ``GROUP BY y``) expands to the same text.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from typing import cast
+
+import sqlglot
+from sqlglot import exp
+
+from sluice.core.plan.model import (
+    FieldSpec,
+    KafkaSourceV1,
+    Plan,
+    ProjectV1,
+    StreamStreamJoinV1,
+    UnionV1,
+)
+
+#: Steps that pass their input columns through unchanged.
+_PASS_THROUGH = frozenset({"filterV1", "watermarkV1", "deduplicateV1"})
+_MAX_DEPTH = 64
+
+
+@lru_cache(maxsize=4096)
+def _parse(expr: str) -> exp.Expression | None:
+    try:
+        return cast(exp.Expression, sqlglot.parse_one(expr, read="spark"))
+    except Exception:
+        return None
+
+
+def referenced_columns(expr: str) -> set[str] | None:
+    """Column names (unqualified, lower case) an expression reads; None when it cannot be parsed."""
+    tree = _parse(expr)
+    if tree is None:
+        return None
+    return {c.name.lower() for c in tree.find_all(exp.Column)}
+
+
+class Lineage:
+    """Expands expressions of one plan down to typed source columns."""
+
+    def __init__(self, plan: Plan) -> None:
+        self.plan = plan
+        self.by_id = {s.id: s for s in plan.steps}
+
+    # -- graph -----------------------------------------------------------------------------
+    def ancestors(self, step_id: str) -> set[str]:
+        seen: set[str] = set()
+        todo = list(self.by_id[step_id].inputs) if step_id in self.by_id else []
+        while todo:
+            sid = todo.pop()
+            if sid in seen or sid not in self.by_id:
+                continue
+            seen.add(sid)
+            todo.extend(self.by_id[sid].inputs)
+        return seen
+
+    def input_schema(self, step_id: str) -> list[FieldSpec]:
+        step = self.by_id[step_id]
+        fields: list[FieldSpec] = []
+        for sid in step.inputs:
+            if sid in self.by_id:
+                fields.extend(self.by_id[sid].schema_)
+        return fields
+
+    # -- expansion -------------------------------------------------------------------------
+    def expand(self, expr: str, step_ids: list[str], depth: int = 0) -> str:
+        """Expand ``expr`` evaluated over the outputs of ``step_ids``."""
+        tree = _parse(expr)
+        if tree is None or depth > _MAX_DEPTH:
+            return f"<opaque {expr!r} over {','.join(step_ids)}>"
+        tree = tree.copy()
+
+        def replace(node: exp.Expression) -> exp.Expression:
+            if isinstance(node, exp.Column) and not isinstance(node.this, exp.Star):
+                leaf = self.column(node.name, node.table or None, step_ids, depth + 1)
+                return exp.Identifier(this=leaf, quoted=True)
+            return node
+
+        return tree.transform(replace).sql(dialect="spark")
+
+    def column(self, name: str, qualifier: str | None, step_ids: list[str], depth: int) -> str:
+        """Expansion of one column read from the outputs of ``step_ids``."""
+        if depth > _MAX_DEPTH:
+            return f"<deep {name}>"
+        lname = name.lower()
+        for sid in step_ids:
+            step = self.by_id.get(sid)
+            if step is None:
+                continue
+            match = [f for f in step.schema_ if f.name.lower() == lname]
+            if qualifier is not None and len(match) > 1:
+                match = [f for f in match if (f.qualifier or "").lower() == qualifier.lower()] or match
+            if not match and not isinstance(step, StreamStreamJoinV1):
+                continue
+            return self._resolve(step, name, qualifier, match[0] if match else None, depth)
+        return f"<unresolved {qualifier + '.' if qualifier else ''}{name}>"
+
+    def _resolve(
+        self, step: object, name: str, qualifier: str | None, field: FieldSpec | None, depth: int
+    ) -> str:
+        typ = field.type if field is not None else "?"
+        lname = name.lower()
+        if isinstance(step, KafkaSourceV1):
+            return f"{step.source}.{name}:{typ}"
+        if isinstance(step, ProjectV1):
+            for ne in step.expressions:
+                if ne.name.lower() == lname:
+                    return f"({self.expand(ne.expr, list(step.inputs), depth)}):{typ}"
+            return f"<unresolved {name} in {step.id}>"
+        if isinstance(step, StreamStreamJoinV1):
+            side = None
+            qual = (qualifier or (field.qualifier if field else None) or "").lower()
+            if qual == step.left_alias.lower():
+                side = step.inputs[:1]
+            elif qual == step.right_alias.lower():
+                side = step.inputs[1:2]
+            if side is None:
+                # unqualified: the first side that has it
+                for i, sid in enumerate(step.inputs):
+                    s = self.by_id.get(sid)
+                    if s is not None and any(f.name.lower() == lname for f in s.schema_):
+                        side = step.inputs[i : i + 1]
+                        break
+            if not side:
+                return f"<unresolved {name} in {step.id}>"
+            return self.column(name, None, list(side), depth + 1)
+        if isinstance(step, UnionV1):
+            parts = [self.column(name, None, [sid], depth + 1) for sid in step.inputs]
+            return f"union({', '.join(parts)}):{typ}"
+        step_type = getattr(step, "type", "")
+        if step_type in _PASS_THROUGH:
+            return self.column(name, qualifier, list(getattr(step, "inputs", [])), depth + 1)
+        # The output of another stateful operator (or an unknown step): a leaf of that step; the
+        # operator itself is compared on its own.
+        return f"{getattr(step, 'id', '?')}.{name}:{typ}"

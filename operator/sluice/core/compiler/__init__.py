@@ -1,0 +1,134 @@
+"""SQL -> execution plan compiler. Public API: :func:`compile_query`."""
+
+from __future__ import annotations
+
+from sluice.core.compiler.intervals import IntervalError, normalize_interval
+from sluice.core.compiler.planner import Planner, field_specs
+from sluice.core.compiler.sqlparse import SqlFailure, parse_sql
+from sluice.core.errors import CompileError, Problem
+from sluice.core.plan.model import KafkaSinkV1, PinnedSettings, Plan, TriggerSpec
+from sluice.core.spec import QuerySpec
+from sluice.core.types import TypeParseError, parse_type
+
+__all__ = ["compile_query", "spec_problems"]
+
+
+def spec_problems(spec: QuerySpec) -> tuple[list[Problem], dict[str, str]]:
+    """Problems in the sources part of the spec (names, types, event time); watermark delays."""
+    problems: list[Problem] = []
+    delays: dict[str, str] = {}
+    seen: dict[str, int] = {}
+    for i, source in enumerate(spec.sources):
+        where = f"spec.sources[{i}]"
+        if source.name.lower() in seen:
+            problems.append(
+                Problem(
+                    f"source name '{source.name}' is used twice (also by "
+                    f"spec.sources[{seen[source.name.lower()]}]); "
+                    "source names must be unique",
+                    field=f"{where}.name",
+                )
+            )
+        seen.setdefault(source.name.lower(), i)
+        columns: dict[str, int] = {}
+        j: int | None
+        for j, column in enumerate(source.schema_):
+            if column.name.lower() in columns:
+                problems.append(
+                    Problem(
+                        f"column '{column.name}' is declared twice in source '{source.name}'",
+                        field=f"{where}.schema[{j}].name",
+                    )
+                )
+            columns.setdefault(column.name.lower(), j)
+            try:
+                parse_type(column.type)
+            except TypeParseError as exc:
+                problems.append(
+                    Problem(
+                        f"column '{column.name}': {exc}; use a Spark SQL type "
+                        "such as string, int, bigint, double, boolean, timestamp, date, decimal(10,2), "
+                        "array<string>, map<string,int> or struct<a:int>",
+                        field=f"{where}.schema[{j}].type",
+                    )
+                )
+        if source.event_time is not None:
+            col_name = source.event_time.column
+            j = columns.get(col_name.lower())
+            if j is None:
+                from sluice.core.compiler.scope import did_you_mean
+
+                problems.append(
+                    Problem(
+                        f"event-time column '{col_name}' does not exist in source '{source.name}'"
+                        + did_you_mean(col_name, [c.name for c in source.schema_]),
+                        field=f"{where}.eventTime.column",
+                    )
+                )
+            else:
+                try:
+                    typ = parse_type(source.schema_[j].type).render()
+                except TypeParseError:
+                    typ = None
+                if typ is not None and typ != "timestamp":
+                    problems.append(
+                        Problem(
+                            f"event-time column '{col_name}' of source '{source.name}' must be a timestamp, "
+                            f"but it is declared as {typ}",
+                            field=f"{where}.eventTime.column",
+                        )
+                    )
+            try:
+                delays[source.name] = normalize_interval(source.event_time.watermark)
+            except IntervalError as exc:
+                problems.append(
+                    Problem(f"invalid watermark delay: {exc}", field=f"{where}.eventTime.watermark")
+                )
+    if spec.trigger.processing_time:
+        try:
+            normalize_interval(spec.trigger.processing_time)
+        except IntervalError as exc:
+            problems.append(Problem(f"invalid trigger interval: {exc}", field="spec.trigger.processingTime"))
+    return problems, delays
+
+
+def compile_query(spec: QuerySpec) -> Plan:
+    """Compile the query part of a StreamingQuery into a pinned plan (hash set)."""
+    problems, delays = spec_problems(spec)
+    if problems:
+        raise CompileError(problems)
+    try:
+        root, text = parse_sql(spec.sql)
+        planner = Planner(spec, text, delays)
+        rel = planner.plan_query(root)
+        from sluice.core.compiler.checks import check_output_mode, sink_key
+
+        check_output_mode(spec, planner)
+    except SqlFailure as failure:
+        raise CompileError([failure.problem]) from None
+    key, key_problems = sink_key(spec, rel)
+    if key_problems:
+        raise CompileError(key_problems)
+    out = field_specs(rel.fields)
+    trigger = TriggerSpec(
+        processing_time=normalize_interval(spec.trigger.processing_time)
+        if spec.trigger.processing_time
+        else None
+    )
+    sink = KafkaSinkV1(
+        id="sink",
+        inputs=[rel.step_id],
+        schema_=out,
+        topic=spec.sink.topic,
+        format=spec.sink.format,
+        key=key,
+        output_mode=spec.sink.output_mode,
+        delivery=spec.sink.delivery,
+        trigger=trigger,
+    )
+    plan = Plan(
+        settings=PinnedSettings(shuffle_partitions=spec.shuffle_partitions),
+        steps=[*planner.state.steps, sink],
+        output_schema=out,
+    )
+    return plan.with_hash()

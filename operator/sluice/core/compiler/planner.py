@@ -1,0 +1,404 @@
+"""Planning a parsed query into plan steps: sources, joins, unions, filters, projections."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+from sqlglot import exp
+from sqlglot.tokens import TokenType
+
+from sluice.core.compiler.exprs import Compiled, ExprCompiler, column_node, column_text, is_time_window
+from sluice.core.compiler.scope import Field, Relation, did_you_mean
+from sluice.core.compiler.sqlparse import SqlText
+from sluice.core.plan.model import (
+    DeduplicateV1,
+    FieldSpec,
+    FilterV1,
+    KafkaSourceV1,
+    MalformedHandling,
+    NamedExpr,
+    ProjectV1,
+    Step,
+    UnionV1,
+    WatermarkV1,
+)
+from sluice.core.spec import QuerySpec, Source
+from sluice.core.types import SparkType, parse_type
+
+
+def field_specs(fields: list[Field]) -> list[FieldSpec]:
+    return [FieldSpec(name=f.name, type=f.type.render(), qualifier=f.qualifier) for f in fields]
+
+
+@dataclass
+class Stateful:
+    """A stateful operator found while planning (for output-mode checks)."""
+
+    kind: str  # aggregate | window | session | join | dedup
+    node: exp.Expr | None
+    offset: int | None = None
+    watermarked: bool = False
+
+
+@dataclass
+class PlanState:
+    steps: list[Step] = field(default_factory=list)
+    counters: dict[str, int] = field(default_factory=lambda: defaultdict(int))
+    sources: dict[str, Relation] = field(default_factory=dict)
+    stateful: list[Stateful] = field(default_factory=list)
+
+    def next_id(self, kind: str) -> str:
+        self.counters[kind] += 1
+        return f"{kind}-{self.counters[kind]}"
+
+
+class Planner:
+    def __init__(self, spec: QuerySpec, text: SqlText, watermark_delays: dict[str, str]) -> None:
+        self.spec = spec
+        self.text = text
+        self.delays = watermark_delays
+        self.state = PlanState()
+        self.by_name: dict[str, Source] = {s.name.lower(): s for s in spec.sources}
+
+    # -- queries ---------------------------------------------------------------------------------
+    def plan_query(self, node: exp.Expr) -> Relation:
+        if isinstance(node, exp.Subquery):
+            return self.plan_query(node.this)
+        self.refuse_modifiers(node)
+        if isinstance(node, exp.Except | exp.Intersect):
+            word = "EXCEPT" if isinstance(node, exp.Except) else "INTERSECT"
+            raise self.text.fail(
+                f"{word} is not supported on streams; only UNION ALL combines queries",
+                offset=self.text.word_offset(word.lower()),
+            )
+        if isinstance(node, exp.Union):
+            return self.plan_union(node)
+        if isinstance(node, exp.Select):
+            from sluice.core.compiler.aggregate import plan_select
+
+            return plan_select(self, node)
+        raise self.text.fail("only SELECT queries (and UNION ALL of them) are supported here", node)
+
+    def refuse_modifiers(self, node: exp.Expr) -> None:
+        start = (self.text.node_offset(node) or 0) - 1
+        if node.args.get("with_") or node.args.get("with"):
+            raise self.text.fail(
+                "WITH (common table expressions) is not supported yet; use a subquery in FROM",
+                offset=self.text.token_offset(TokenType.WITH),
+            )
+        if node.args.get("order"):
+            raise self.text.fail(
+                "ORDER BY is not supported: Spark Structured Streaming cannot sort an unbounded stream "
+                "(sorting is only allowed after an aggregation in complete mode); remove the ORDER BY",
+                offset=self.text.token_offset(TokenType.ORDER_BY, after=start),
+            )
+        if node.args.get("limit") or node.args.get("offset"):
+            raise self.text.fail(
+                "LIMIT/OFFSET is not supported on streams: a streaming query has no end to count from; "
+                "remove it",
+                offset=self.text.token_offset(TokenType.LIMIT, TokenType.OFFSET, after=start),
+            )
+        for key, word in (("windows", "WINDOW"), ("qualify", "QUALIFY"), ("laterals", "LATERAL VIEW")):
+            if node.args.get(key):
+                raise self.text.fail(
+                    f"{word} is not supported in streaming queries",
+                    offset=self.text.word_offset(word.split()[0].lower(), after=start),
+                )
+
+    def plan_union(self, node: exp.Union) -> Relation:
+        branches: list[exp.Expr] = []
+
+        def flatten(n: exp.Expr) -> None:
+            if isinstance(n, exp.Union) and not n.args.get("order") and not n.args.get("limit"):
+                if n.args.get("distinct"):
+                    raise self.text.fail(
+                        "UNION without ALL removes duplicates, which needs unbounded state; "
+                        "write UNION ALL (and SELECT DISTINCT over it if you need it)",
+                        offset=self.text.word_offset("union", after=(self.text.node_offset(n.this) or 0)),
+                    )
+                flatten(n.this)
+                flatten(n.expression)
+            else:
+                branches.append(n)
+
+        flatten(node)
+        rels = [self.plan_query(b) for b in branches]
+        first = rels[0]
+        for branch, rel in zip(branches[1:], rels[1:], strict=True):
+            if rel.aggregated or first.aggregated:
+                raise self.text.fail(
+                    "UNION ALL of aggregations is not supported; aggregate over the union", branch
+                )
+            if len(rel.fields) != len(first.fields):
+                raise self.text.fail(
+                    f"UNION ALL branches must have the same number of columns: the first has "
+                    f"{len(first.fields)}, this one has {len(rel.fields)}",
+                    branch,
+                )
+            for i, (a, b) in enumerate(zip(first.fields, rel.fields, strict=True)):
+                if a.type != b.type:
+                    raise self.text.fail(
+                        f"UNION ALL column {i + 1} ('{a.name}') is {a.type.render()} in the first branch "
+                        f"but {b.type.render()} ('{b.name}') here; CAST it so the types match",
+                        branch,
+                    )
+        out_fields = [Field(f.name, f.type) for f in first.fields]
+        watermarks: set[tuple[str | None, str]] = {
+            (None, f.name.lower())
+            for i, f in enumerate(first.fields)
+            if all(r.is_watermarked(r.fields[i]) for r in rels)
+        }
+        step_id = self.state.next_id("union")
+        self.state.steps.append(
+            UnionV1(id=step_id, inputs=[r.step_id for r in rels], schema_=field_specs(out_fields))
+        )
+        return Relation(step_id, out_fields, watermarks=watermarks, describe="the UNION ALL")
+
+    # -- FROM items ------------------------------------------------------------------------------
+    def plan_from_item(self, item: exp.Expr) -> Relation:
+        if isinstance(item, exp.Table):
+            return self.plan_table(item)
+        if isinstance(item, exp.Subquery):
+            rel = self.plan_query(item.this)
+            alias = item.alias or None
+            return Relation(
+                rel.step_id,
+                [Field(f.name, f.type) for f in rel.fields],
+                alias=alias,
+                watermarks={
+                    (None, n) for _, n in rel.watermarks if n in {f.name.lower() for f in rel.fields}
+                },
+                aggregated=rel.aggregated,
+                joined=rel.joined,
+                deduplicated=rel.deduplicated,
+                describe=f"subquery '{alias}'" if alias else "the subquery",
+            )
+        raise self.text.fail("only sources and subqueries can appear in FROM", item)
+
+    def plan_table(self, table: exp.Table) -> Relation:
+        if table.args.get("db") or table.args.get("catalog"):
+            raise self.text.fail(
+                f"'{table.sql(dialect='spark')}' is not a source: refer to sources by their name "
+                "in spec.sources",
+                table,
+            )
+        for key, word in (("sample", "TABLESAMPLE"), ("pivots", "PIVOT"), ("version", "VERSION AS OF")):
+            if table.args.get(key):
+                offset = self.text.word_offset(
+                    word.split()[0].lower(), after=self.text.node_offset(table) or 0
+                )
+                raise self.text.fail(
+                    f"{word} is not supported on a streaming source",
+                    table if offset is None else None,
+                    offset,
+                )
+        name = table.name
+        source = self.by_name.get(name.lower())
+        if source is None:
+            names = [s.name for s in self.spec.sources]
+            raise self.text.fail(
+                f"source '{name}' is not declared in spec.sources" + did_you_mean(name, names), table
+            )
+        rel = self.source_relation(source)
+        alias = table.alias or source.name
+        return Relation(
+            rel.step_id,
+            list(rel.fields),
+            alias=alias,
+            watermarks=set(rel.watermarks),
+            describe=f"source '{source.name}'",
+        )
+
+    def source_relation(self, source: Source) -> Relation:
+        key = source.name.lower()
+        if key in self.state.sources:
+            return self.state.sources[key]
+        fields = [Field(c.name, parse_type(c.type)) for c in source.schema_]
+        malformed = source.malformed
+        topic = malformed.topic
+        if malformed.policy == "deadLetter" and not topic:
+            topic = f"{self.spec.sink.topic}.dlq"
+        step_id = f"source-{source.name}"
+        self.state.steps.append(
+            KafkaSourceV1(
+                id=step_id,
+                schema_=field_specs(fields),
+                source=source.name,
+                topic=source.topic,
+                format=source.format,
+                columns=field_specs(fields),
+                starting_offsets=source.starting_offsets,
+                max_offsets_per_trigger=source.max_offsets_per_trigger,
+                malformed=MalformedHandling(policy=malformed.policy, topic=topic),
+            )
+        )
+        watermarks: set[tuple[str | None, str]] = set()
+        if source.event_time is not None:
+            col = next(f for f in fields if f.name.lower() == source.event_time.column.lower())
+            wm_id = f"watermark-{source.name}"
+            self.state.steps.append(
+                WatermarkV1(
+                    id=wm_id,
+                    inputs=[step_id],
+                    schema_=field_specs(fields),
+                    column=col.name,
+                    delay=self.delays[source.name],
+                )
+            )
+            step_id = wm_id
+            watermarks.add((None, col.name.lower()))
+        rel = Relation(step_id, fields, alias=source.name, watermarks=watermarks)
+        self.state.sources[key] = rel
+        return rel
+
+    # -- joins -----------------------------------------------------------------------------------
+    def plan_join(self, left: Relation, join: exp.Join) -> Relation:
+        from sluice.core.compiler.joins import plan_join
+
+        return plan_join(self, left, join)
+
+    # -- simple steps ----------------------------------------------------------------------------
+    def add_filter(
+        self, rel: Relation, node: exp.Expr, context: str, compiler: ExprCompiler | None = None
+    ) -> Relation:
+        compiler = compiler or ExprCompiler(self.text, rel, context)
+        compiled = compiler.compile(node)
+        if compiled.type.name not in ("boolean", "void"):
+            raise self.text.fail(
+                f"{context} must be a condition (boolean), but '{compiled.sql}' is a "
+                f"{compiled.type.render()}",
+                node,
+            )
+        step_id = self.state.next_id("filter")
+        self.state.steps.append(
+            FilterV1(
+                id=step_id, inputs=[rel.step_id], schema_=field_specs(rel.fields), condition=compiled.sql
+            )
+        )
+        return Relation(
+            step_id,
+            rel.fields,
+            alias=rel.alias,
+            watermarks=rel.watermarks,
+            aggregated=rel.aggregated,
+            joined=rel.joined,
+            deduplicated=rel.deduplicated,
+            describe=rel.describe,
+        )
+
+    def add_project(self, rel: Relation, items: list[tuple[str, Compiled, exp.Expr]]) -> Relation:
+        seen: dict[str, exp.Expr] = {}
+        for name, _, node in items:
+            if name.lower() in seen:
+                raise self.text.fail(
+                    f"the output has two columns named '{name}'; give one of them another name with AS", node
+                )
+            seen[name.lower()] = node
+        out_fields = [Field(name, c.type) for name, c, _ in items]
+        watermarks: set[tuple[str | None, str]] = set()
+        by_text = {column_text(f.name, f.qualifier): f for f in rel.fields}
+        for name, c, _ in items:
+            if isinstance(c.node, exp.Column):
+                src = by_text.get(c.sql)
+                if src is not None and rel.is_watermarked(src):
+                    watermarks.add((None, name.lower()))
+        identity = len(items) == len(rel.fields) and all(
+            f.qualifier is None and c.sql == column_text(f.name) and name == f.name
+            for (name, c, _), f in zip(items, rel.fields, strict=True)
+        )
+        if identity:
+            return Relation(
+                rel.step_id,
+                out_fields,
+                alias=rel.alias,
+                watermarks=watermarks,
+                aggregated=rel.aggregated,
+                joined=rel.joined,
+                deduplicated=rel.deduplicated,
+                describe=rel.describe,
+            )
+        step_id = self.state.next_id("project")
+        self.state.steps.append(
+            ProjectV1(
+                id=step_id,
+                inputs=[rel.step_id],
+                schema_=field_specs(out_fields),
+                expressions=[NamedExpr(name=name, expr=c.sql) for name, c, _ in items],
+            )
+        )
+        return Relation(
+            step_id,
+            out_fields,
+            alias=rel.alias,
+            watermarks=watermarks,
+            aggregated=rel.aggregated,
+            joined=rel.joined,
+            deduplicated=rel.deduplicated,
+            describe=rel.describe,
+        )
+
+    def add_dedup(self, rel: Relation, node: exp.Expr) -> Relation:
+        if rel.aggregated:
+            raise self.text.fail(
+                "SELECT DISTINCT over an aggregation would chain two stateful operators; "
+                "the GROUP BY already yields one row per group",
+                offset=self.text.token_offset(TokenType.DISTINCT),
+            )
+        step_id = self.state.next_id("deduplicate")
+        self.state.steps.append(
+            DeduplicateV1(
+                id=step_id,
+                inputs=[rel.step_id],
+                schema_=field_specs(rel.fields),
+                columns=[f.name for f in rel.fields],
+            )
+        )
+        self.state.stateful.append(Stateful("dedup", node, self.text.token_offset(TokenType.DISTINCT)))
+        return Relation(
+            step_id,
+            rel.fields,
+            alias=rel.alias,
+            watermarks=rel.watermarks,
+            aggregated=rel.aggregated,
+            joined=rel.joined,
+            deduplicated=True,
+            describe=rel.describe,
+        )
+
+    def select_items(self, sel: exp.Select, rel: Relation) -> list[tuple[str | None, exp.Expr]]:
+        """Expand stars; return (explicit name or None, expression) per output column."""
+        out: list[tuple[str | None, exp.Expr]] = []
+        for item in sel.expressions:
+            if isinstance(item, exp.Star):
+                out.extend((None, column_node(f.name, f.qualifier)) for f in rel.fields)
+            elif isinstance(item, exp.Column) and isinstance(item.this, exp.Star):
+                qual = item.table
+                if not rel.has_qualifier(qual):
+                    raise self.text.fail(
+                        f"'{qual}' is not a source alias in this query"
+                        + did_you_mean(qual, rel.qualifiers or [rel.alias or ""]),
+                        item,
+                    )
+                out.extend((None, column_node(f.name, f.qualifier)) for f in rel.fields_of(qual))
+            elif isinstance(item, exp.Alias):
+                out.append((item.alias, item.this))
+            else:
+                out.append((None, item))
+        return out
+
+    def output_name(self, explicit: str | None, node: exp.Expr, compiled: Compiled) -> str:
+        if explicit:
+            return explicit
+        if isinstance(compiled.node, exp.Column | exp.Dot):
+            return compiled.node.name
+        if is_time_window(node):
+            return str(node.this).lower()
+        raise self.text.fail(
+            f"give the expression '{compiled.sql}' a name with AS: its column in the output needs one", node
+        )
+
+
+def type_of(rel: Relation, name: str) -> SparkType | None:
+    found = rel.lookup(name)
+    return found[0].type if found else None

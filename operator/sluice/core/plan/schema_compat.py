@@ -1,0 +1,171 @@
+"""Compatibility check between two JSON Schemas of the plan (old: committed, new: from the models).
+
+A change is compatible when every document valid under the old schema stays valid under the new
+one: properties may be added (optional), enum values and step types may be added. Incompatible:
+removed properties, changed types, newly required properties, removed enum/const values, removed
+step types. ``python -m sluice.core.plan.schema_compat --write`` regenerates the committed file.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+SCHEMA_FILE = Path(__file__).with_name("plan.schema.json")
+
+Schema = dict[str, Any]
+
+
+def current_schema() -> Schema:
+    from sluice.core.plan.model import Plan
+
+    return Plan.model_json_schema(by_alias=True)
+
+
+def _resolve(node: Schema, root: Schema) -> tuple[Schema, str | None]:
+    ref = node.get("$ref")
+    if not ref:
+        return node, None
+    target: Any = root
+    for part in ref.lstrip("#/").split("/"):
+        target = target[part]
+    return target, ref
+
+
+def _types(node: Schema) -> set[str] | None:
+    t = node.get("type")
+    if t is None:
+        return None
+    return {t} if isinstance(t, str) else set(t)
+
+
+def _branches(node: Schema) -> list[Schema] | None:
+    for key in ("anyOf", "oneOf"):
+        if key in node:
+            return list(node[key])
+    return None
+
+
+def incompatibilities(old: Schema, new: Schema) -> list[str]:
+    """Reasons why documents valid under ``old`` may be invalid under ``new`` (empty: compatible)."""
+    problems: list[str] = []
+    _compare(old, new, old, new, "$", problems, set())
+    return problems
+
+
+def _compare(
+    o: Schema,
+    n: Schema,
+    oroot: Schema,
+    nroot: Schema,
+    path: str,
+    out: list[str],
+    seen: set[tuple[str | None, str | None, str]],
+) -> None:
+    o, oref = _resolve(o, oroot)
+    n, nref = _resolve(n, nroot)
+    if oref or nref:
+        key = (oref, nref, path if not (oref and nref) else "")
+        if key in seen:
+            return
+        seen.add(key)
+    if not n or n == {}:
+        return  # anything goes in the new schema
+    # discriminated unions (step types)
+    odisc, ndisc = o.get("discriminator"), n.get("discriminator")
+    if odisc and ndisc:
+        omap, nmap = odisc.get("mapping", {}), ndisc.get("mapping", {})
+        for name, ref in sorted(omap.items()):
+            if name not in nmap:
+                out.append(f"{path}: step type '{name}' was removed")
+            else:
+                _compare({"$ref": ref}, {"$ref": nmap[name]}, oroot, nroot, f"{path}<{name}>", out, seen)
+        return
+    obranches, nbranches = _branches(o), _branches(n)
+    if obranches is not None or nbranches is not None:
+        olist = obranches if obranches is not None else [o]
+        nlist = nbranches if nbranches is not None else [n]
+        for i, ob in enumerate(olist):
+            best: list[str] | None = None
+            for nb in nlist:
+                found: list[str] = []
+                _compare(ob, nb, oroot, nroot, path, found, set(seen))
+                if best is None or len(found) < len(best):
+                    best = found
+                if not found:
+                    break
+            if best:
+                out.extend(best if len(olist) == 1 else [f"{p} (alternative {i + 1})" for p in best])
+        return
+    otypes, ntypes = _types(o), _types(n)
+    if otypes is not None and ntypes is not None:
+        lost = otypes - ntypes
+        if "integer" in lost and "number" in ntypes:
+            lost.discard("integer")
+        if lost:
+            out.append(f"{path}: type changed from {sorted(otypes)} to {sorted(ntypes)}")
+            return
+    elif otypes is None and ntypes is not None and "const" not in o and "enum" not in o:
+        out.append(f"{path}: type restricted to {sorted(ntypes)}")
+        return
+    if "const" in n and o.get("const") != n["const"]:
+        if "const" in o or "enum" in o:
+            out.append(f"{path}: value changed from {o.get('const', o.get('enum'))!r} to {n['const']!r}")
+    if "enum" in n:
+        old_values = o.get("enum", [o["const"]] if "const" in o else None)
+        if old_values is None:
+            out.append(f"{path}: values restricted to {n['enum']!r}")
+        else:
+            removed = [v for v in old_values if v not in n["enum"]]
+            if removed:
+                out.append(f"{path}: enum values removed: {removed!r}")
+    oprops, nprops = o.get("properties", {}), n.get("properties", {})
+    for name in oprops:
+        if name not in nprops:
+            if n.get("additionalProperties") is False or nprops:
+                out.append(f"{path}.{name}: property was removed")
+        else:
+            _compare(oprops[name], nprops[name], oroot, nroot, f"{path}.{name}", out, seen)
+    newly_required = sorted(set(n.get("required", [])) - set(o.get("required", [])))
+    for name in newly_required:
+        out.append(f"{path}.{name}: property is newly required")
+    if "items" in o and "items" in n:
+        _compare(o["items"], n["items"], oroot, nroot, f"{path}[]", out, seen)
+    if isinstance(o.get("additionalProperties"), dict) and isinstance(n.get("additionalProperties"), dict):
+        _compare(o["additionalProperties"], n["additionalProperties"], oroot, nroot, f"{path}{{}}", out, seen)
+
+
+def render_schema(schema: Schema) -> str:
+    return json.dumps(schema, indent=2, sort_keys=True) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m sluice.core.plan.schema_compat", description=__doc__)
+    parser.add_argument("--write", action="store_true", help="rewrite the committed plan.schema.json")
+    args = parser.parse_args(argv)
+    committed = json.loads(SCHEMA_FILE.read_text()) if SCHEMA_FILE.exists() else {}
+    current = current_schema()
+    problems = incompatibilities(committed, current) if committed else []
+    for problem in problems:
+        print(f"incompatible: {problem}", file=sys.stderr)
+    if args.write:
+        if problems:
+            print("refusing to write an incompatible schema: add a new step version instead", file=sys.stderr)
+            return 1
+        SCHEMA_FILE.write_text(render_schema(current))
+        print(f"wrote {SCHEMA_FILE}")
+        return 0
+    if problems:
+        return 1
+    if render_schema(current) != SCHEMA_FILE.read_text():
+        print("the plan schema changed compatibly; run python -m sluice.core.plan.schema_compat --write")
+        return 1
+    print("plan schema unchanged")
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

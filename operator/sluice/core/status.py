@@ -1,0 +1,225 @@
+"""Status reducers (pure): conditions, derived phase, the closed set of reasons.
+
+The operator gathers *facts* (is the object deleting, suspended, is there a problem, is a plan
+pinned, which rollout step is running, is the driver ready) and reduces them together with the
+previous status into the next status. Conditions keep their ``lastTransitionTime`` unless their
+``status`` changes.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+CONDITION_TYPES = ("Ready", "Progressing", "Degraded")
+
+
+class Reason(StrEnum):
+    """Condition reasons (CamelCase, closed set)."""
+
+    AS_EXPECTED = "AsExpected"
+    RECONCILING = "Reconciling"
+    DRIVER_READY = "DriverReady"
+    DRIVER_NOT_READY = "DriverNotReady"
+    DRIVER_STARTING = "DriverStarting"
+    ROLLING_OUT = "RollingOut"
+    UPGRADE_PENDING = "UpgradePending"
+    UPGRADE_REJECTED = "UpgradeRejected"
+    SUSPENDED = "Suspended"
+    DELETING = "Deleting"
+    COMPILE_FAILED = "CompileFailed"
+    INVALID_SPEC = "InvalidSpec"
+    CLUSTER_NOT_FOUND = "ClusterNotFound"
+    CLUSTER_INVALID = "ClusterInvalid"
+    KAFKA_UNREACHABLE = "KafkaUnreachable"
+    KAFKA_REACHABLE = "KafkaReachable"
+
+
+class EventReason(StrEnum):
+    """Reasons of the Kubernetes Events the operator posts (closed set)."""
+
+    PLAN_PINNED = "PlanPinned"
+    WORKLOAD_CREATED = "WorkloadCreated"
+    COMPILE_FAILED = "CompileFailed"
+    INVALID_SPEC = "InvalidSpec"
+    CLUSTER_NOT_FOUND = "ClusterNotFound"
+    KAFKA_UNREACHABLE = "KafkaUnreachable"
+    TOPIC_CREATED = "TopicCreated"
+    TOPIC_DELETED = "TopicDeleted"
+    TOPIC_CLEANUP_FAILED = "TopicCleanupFailed"
+    UPGRADE_CLASSIFIED = "UpgradeClassified"
+    UPGRADE_APPLIED = "UpgradeApplied"
+    UPGRADE_PENDING = "UpgradePending"
+    UPGRADE_REJECTED = "UpgradeRejected"
+    UPGRADE_CANCELLED = "UpgradeCancelled"
+    SUSPENDED = "Suspended"
+    RESUMED = "Resumed"
+    DRAINING = "Draining"
+    DRAIN_TIMED_OUT = "DrainTimedOut"
+    STATE_RETAINED = "StateRetained"
+    STATE_DELETED = "StateDeleted"
+
+
+PHASES = (
+    "Pending", "Starting", "Running", "Upgrading", "UpgradePending", "Suspended", "Degraded", "Deleting",
+)
+
+#: reasons that make a query Degraded (a problem the user must fix, or an outage to wait out)
+PROBLEM_REASONS = frozenset({
+    Reason.COMPILE_FAILED, Reason.INVALID_SPEC, Reason.CLUSTER_NOT_FOUND, Reason.CLUSTER_INVALID,
+    Reason.KAFKA_UNREACHABLE, Reason.UPGRADE_REJECTED,
+})
+
+
+def now_rfc3339(clock: dt.datetime | None = None) -> str:
+    moment = clock or dt.datetime.now(dt.UTC)
+    return moment.astimezone(dt.UTC).replace(microsecond=0).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+@dataclass(frozen=True)
+class StatusProblem:
+    reason: Reason
+    message: str
+
+    def __post_init__(self) -> None:
+        if self.reason not in PROBLEM_REASONS:
+            raise ValueError(f"{self.reason} is not a problem reason")
+
+
+@dataclass(frozen=True)
+class Facts:
+    """What the operator observed in one reconcile."""
+
+    generation: int | None
+    deleting: bool = False
+    suspended: bool = False
+    problem: StatusProblem | None = None
+    plan_pinned: bool = False
+    rollout_step: str | None = None  # a sluice.core.rollout.Step value or None
+    driver_ready: bool = False
+
+
+def set_condition(
+    conditions: list[dict[str, Any]],
+    type_: str,
+    status: bool | str,
+    reason: str,
+    message: str,
+    now: str,
+    generation: int | None = None,
+) -> list[dict[str, Any]]:
+    """A new list with condition ``type_`` set; ``lastTransitionTime`` changes only with ``status``."""
+    if type_ not in CONDITION_TYPES:
+        raise ValueError(f"unknown condition type {type_!r}")
+    if isinstance(status, bool):
+        status = "True" if status else "False"
+    if status not in ("True", "False", "Unknown"):
+        raise ValueError(f"bad condition status {status!r}")
+    previous = next((c for c in conditions if c.get("type") == type_), None)
+    transition = now
+    if previous is not None and previous.get("status") == status and previous.get("lastTransitionTime"):
+        transition = previous["lastTransitionTime"]
+    new: dict[str, Any] = {
+        "type": type_,
+        "status": status,
+        "reason": str(reason),
+        "message": message,
+        "lastTransitionTime": transition,
+    }
+    if generation is not None:
+        new["observedGeneration"] = generation
+    out = [c for c in conditions if c.get("type") != type_] + [new]
+    order = {t: i for i, t in enumerate(CONDITION_TYPES)}
+    return sorted(out, key=lambda c: order.get(c.get("type", ""), 99))
+
+
+def get_condition(conditions: list[dict[str, Any]], type_: str) -> dict[str, Any] | None:
+    return next((c for c in conditions if c.get("type") == type_), None)
+
+
+def derive_phase(facts: Facts) -> str:
+    """The single lifecycle word shown by ``kubectl get sq`` (precedence top to bottom)."""
+    from sluice.core.rollout import Step
+
+    if facts.deleting:
+        return "Deleting"
+    if facts.problem is not None:
+        return "Degraded"
+    if facts.suspended:
+        return "Suspended"
+    if facts.rollout_step in (Step.APPLYING, Step.DEPLOYING) and facts.plan_pinned:
+        return "Upgrading"
+    if facts.rollout_step == Step.AWAITING_UPGRADE:
+        return "UpgradePending"
+    if not facts.plan_pinned:
+        return "Pending"
+    if not facts.driver_ready:
+        return "Starting"
+    return "Running"
+
+
+def reduce_status(previous: dict[str, Any] | None, facts: Facts, now: str) -> dict[str, Any]:
+    """observedGeneration, phase, ready and conditions for ``facts``; other status keys untouched."""
+    from sluice.core.rollout import Step
+
+    conditions = list((previous or {}).get("conditions") or [])
+    gen = facts.generation
+    ready = facts.driver_ready and not facts.deleting and not facts.suspended
+    phase = derive_phase(facts)
+
+    # Ready
+    if facts.deleting:
+        r_reason, r_msg = Reason.DELETING, "the query is being deleted"
+    elif facts.suspended:
+        r_reason, r_msg = Reason.SUSPENDED, "spec.suspend is true: the driver is stopped, state is kept"
+    elif ready:
+        r_reason, r_msg = Reason.DRIVER_READY, "the driver reports ready"
+    elif not facts.plan_pinned:
+        r_reason, r_msg = Reason.RECONCILING, "no plan is running yet"
+    else:
+        r_reason, r_msg = Reason.DRIVER_NOT_READY, "the driver is not ready"
+    conditions = set_condition(conditions, "Ready", ready, r_reason, r_msg, now, gen)
+
+    # Progressing
+    if facts.deleting:
+        p = (True, Reason.DELETING, "draining and cleaning up")
+    elif facts.problem is not None and facts.problem.reason != Reason.UPGRADE_REJECTED:
+        p = (False, facts.problem.reason, facts.problem.message)
+    elif facts.suspended:
+        p = (False, Reason.SUSPENDED, "suspended")
+    elif facts.rollout_step == Step.AWAITING_UPGRADE:
+        p = (False, Reason.UPGRADE_PENDING, "a spec change waits for an upgrade that is not automatic")
+    elif facts.rollout_step in (Step.APPLYING, Step.DEPLOYING):
+        p = (True, Reason.ROLLING_OUT, f"rollout step {facts.rollout_step}")
+    elif not facts.plan_pinned:
+        p = (True, Reason.RECONCILING, "compiling and deploying")
+    elif not ready:
+        p = (True, Reason.DRIVER_STARTING, "waiting for the driver to become ready")
+    else:
+        p = (False, Reason.AS_EXPECTED, "the running plan matches the spec")
+    conditions = set_condition(conditions, "Progressing", p[0], p[1], p[2], now, gen)
+
+    # Degraded
+    if facts.problem is not None:
+        conditions = set_condition(
+            conditions, "Degraded", True, facts.problem.reason, facts.problem.message, now, gen
+        )
+    else:
+        conditions = set_condition(conditions, "Degraded", False, Reason.AS_EXPECTED, "", now, gen)
+
+    return {"observedGeneration": gen, "phase": phase, "ready": ready, "conditions": conditions}
+
+
+def status_changed(previous: dict[str, Any] | None, new: dict[str, Any]) -> bool:
+    """Whether writing ``new`` over ``previous`` would change anything (saves API calls)."""
+    previous = previous or {}
+    return any(previous.get(k) != v for k, v in new.items())
+
+
+def phase_transition(previous: dict[str, Any] | None, new: dict[str, Any]) -> tuple[str, str] | None:
+    old_phase = (previous or {}).get("phase") or "None"
+    if new.get("phase") and new["phase"] != old_phase:
+        return (old_phase, new["phase"])
+    return None

@@ -1,0 +1,162 @@
+"""The StreamingQuery custom resource: one pydantic model is the source of the CRD schema."""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar, Literal
+
+from pydantic import ConfigDict, Field
+from pydantic.alias_generators import to_camel
+
+from sluice.core.spec import QuerySpec, Sink, Trigger, UpgradePolicy
+from sluice.crd.common import CrdKind, CrdModel, Resources, StatusModel
+
+Phase = Literal[
+    "Pending", "Starting", "Running", "Upgrading", "UpgradePending", "Suspended", "Degraded", "Deleting"
+]
+PHASES: tuple[str, ...] = Phase.__args__  # type: ignore[attr-defined]
+
+
+class ClusterRef(CrdModel):
+    name: str = Field(
+        min_length=1, max_length=253, description="Name of a QueryCluster in the same namespace."
+    )
+
+
+class QueryResources(CrdModel):
+    """Per-query overrides of the QueryCluster's pod resources."""
+
+    driver: Resources | None = Field(default=None, description="Driver container resources.")
+    executor: Resources | None = Field(default=None, description="Executor container resources.")
+    executors: int | None = Field(
+        default=None, ge=0, le=1000,
+        description="Number of executor pods; 0 runs Spark in local mode inside the driver pod.",
+    )
+
+
+class StreamingQuerySpec(QuerySpec):
+    """A streaming SQL query: Kafka sources, one SELECT, a Kafka sink, and how to run and evolve it."""
+
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid")
+
+    sql: str = Field(min_length=1, description="One Spark SQL SELECT statement over the sources.")
+    sink: Sink = Field(description="The Kafka topic the query writes.")
+    trigger: Trigger = Field(default_factory=Trigger, description="When micro-batches run.")
+    cluster_ref: ClusterRef | None = Field(
+        default=None,
+        description="QueryCluster that runs this query; absent: the QueryCluster named 'default' "
+        "in the same namespace.",
+    )
+    upgrade: UpgradePolicy | None = Field(
+        default=None, description="What the operator may do on edits; absent: the cluster's defaults."
+    )
+    deletion_policy: Literal["Retain", "Delete"] = Field(
+        default="Retain",
+        description="On delete: Retain keeps the state volume and the output topic; Delete removes both.",
+    )
+    suspend: bool = Field(
+        default=False, description="true: drain and stop the driver, keeping state; false: run."
+    )
+    restart_nonce: str | None = Field(
+        default=None, max_length=63,
+        description="Change to any new value to restart the driver (same plan, same checkpoint).",
+    )
+    resources: QueryResources | None = Field(
+        default=None, description="Per-query overrides of the cluster's resources."
+    )
+
+    def query(self) -> QuerySpec:
+        """The query part alone (what the compiler reads)."""
+        return QuerySpec.model_validate(
+            self.model_dump(by_alias=True, include=set(QuerySpec.model_fields))
+        )
+
+
+class Condition(StatusModel):
+    type: str = Field(description="Ready, Progressing or Degraded.")
+    status: Literal["True", "False", "Unknown"]
+    reason: str = Field(description="CamelCase reason.")
+    message: str = ""
+    last_transition_time: str = Field(description="When the status last changed (RFC 3339).")
+    observed_generation: int | None = None
+
+
+class PinnedPlan(StatusModel):
+    hash: str = Field(description="sha256 of the pinned plan.")
+    version: int = Field(description="Plan version: 1 at creation, +1 on every replace.")
+    config_map: str = Field(description="Immutable ConfigMap holding the plan JSON.")
+    format_version: int | None = Field(default=None, description="Plan format version.")
+
+
+class CompileErrorStatus(StatusModel):
+    message: str
+    field: str | None = None
+    line: int | None = None
+    column: int | None = None
+
+
+class UpgradeRecord(StatusModel):
+    from_hash: str | None = None
+    to_hash: str
+    category: str = Field(description="transparent, data-selection, schema-evolution, topology, unsupported.")
+    decision: str = Field(description="none, in-place, replace or reject.")
+    reasons: list[str] = Field(default_factory=list)
+    changes: list[str] = Field(default_factory=list)
+    outcome: str = Field(description="Applied, Pending, Rejected or Superseded.")
+    time: str
+
+
+class Rollout(StatusModel):
+    target_hash: str
+    target_plan_version: int
+    target_config_map: str | None = None
+    category: str
+    decision: str
+    strategy: str = Field(description="create, in-place, replace or none.")
+    step: str = Field(description="Current step of the rollout state machine.")
+    started: str
+    message: str = ""
+
+
+class QueryIdentity(StatusModel):
+    query_id: str
+    consumer_group: str
+    transactional_id: str
+    checkpoint_path: str
+
+
+class StreamingQueryStatus(StatusModel):
+    observed_generation: int | None = None
+    phase: Phase | None = None
+    ready: bool | None = None
+    conditions: list[Condition] = Field(default_factory=list)
+    plan: PinnedPlan | None = Field(default=None, description="The plan the driver runs.")
+    rollout: Rollout | None = Field(default=None, description="The rollout in progress, if any.")
+    last_upgrade: UpgradeRecord | None = None
+    last_compile_error: CompileErrorStatus | None = None
+    identity: QueryIdentity | None = None
+    cluster: str | None = Field(default=None, description="Name of the QueryCluster in use.")
+
+
+class StreamingQuery(CrdModel, CrdKind):
+    """A StreamingQuery: Spark SQL over Kafka, compiled into a pinned plan and run by the operator."""
+
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="ignore")
+
+    kind: ClassVar[str] = "StreamingQuery"  # type: ignore[misc]
+    plural: ClassVar[str] = "streamingqueries"
+    singular: ClassVar[str] = "streamingquery"
+    short_names: ClassVar[list[str]] = ["sq"]
+    printer_columns: ClassVar[list[dict[str, str]]] = [
+        {"name": "Phase", "type": "string", "jsonPath": ".status.phase"},
+        {"name": "Plan", "type": "string", "jsonPath": ".status.plan.hash",
+         "description": "Pinned plan hash"},
+        {"name": "Upgrade", "type": "string", "jsonPath": ".status.lastUpgrade.decision",
+         "description": "Last upgrade decision"},
+        {"name": "Ready", "type": "boolean", "jsonPath": ".status.ready"},
+        {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
+    ]
+
+    api_version: Literal["sluice.dev/v1alpha1"] = Field(default="sluice.dev/v1alpha1", alias="apiVersion")
+    metadata: dict[str, Any] = Field(default_factory=dict)
+    spec: StreamingQuerySpec
+    status: StreamingQueryStatus = Field(default_factory=StreamingQueryStatus)

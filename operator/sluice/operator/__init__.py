@@ -1,0 +1,1 @@
+"""The control plane: kopf handlers, pure object builders, Kafka admin, metrics."""

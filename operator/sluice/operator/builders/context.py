@@ -1,0 +1,100 @@
+"""Everything a builder needs to know about one StreamingQuery, gathered once per reconcile."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from sluice import __version__
+from sluice.core.naming import QueryIdentity, QueryNames
+from sluice.crd.common import API_VERSION, Resources
+from sluice.crd.querycluster import QueryClusterSpec
+from sluice.crd.streamingquery import StreamingQuerySpec
+
+MANAGED_BY = "sluice-operator"
+DEFAULT_IMAGE_REPO = "sluice-runtime"
+HTTP_PORT = 8080
+DRIVER_PORT = 7078
+BLOCK_MANAGER_PORT = 7079
+RUN_AS_USER = 10001
+
+
+def default_image(version: str = __version__) -> str:
+    return f"{DEFAULT_IMAGE_REPO}:{version}"
+
+
+@dataclass(frozen=True)
+class QueryContext:
+    namespace: str
+    name: str
+    uid: str
+    spec: StreamingQuerySpec
+    cluster: QueryClusterSpec
+    plan_version: int = 1
+
+    @property
+    def names(self) -> QueryNames:
+        return QueryNames.for_query(self.name)
+
+    @property
+    def identity(self) -> QueryIdentity:
+        return QueryIdentity(
+            service_id=self.cluster.service_id, namespace=self.namespace, name=self.name,
+            uid=self.uid, plan_version=self.plan_version,
+        )
+
+    @property
+    def image(self) -> str:
+        return self.cluster.image or default_image()
+
+    @property
+    def executors(self) -> int:
+        override = self.spec.resources.executors if self.spec.resources else None
+        return self.cluster.executors if override is None else override
+
+    @property
+    def driver_resources(self) -> Resources:
+        return self.cluster.driver.merged(self.spec.resources.driver if self.spec.resources else None)
+
+    @property
+    def executor_resources(self) -> Resources:
+        return self.cluster.executor.merged(self.spec.resources.executor if self.spec.resources else None)
+
+    @property
+    def retain_state(self) -> bool:
+        return self.spec.deletion_policy == "Retain"
+
+    def owner_reference(self) -> dict[str, Any]:
+        return {
+            "apiVersion": API_VERSION,
+            "kind": "StreamingQuery",
+            "name": self.name,
+            "uid": self.uid,
+            "controller": True,
+            "blockOwnerDeletion": True,
+        }
+
+    def selector(self) -> dict[str, str]:
+        return {"sluice.dev/query": self.names.base, "app.kubernetes.io/component": "driver"}
+
+    def labels(self, component: str) -> dict[str, str]:
+        return {
+            "app.kubernetes.io/name": "sluice-query",
+            "app.kubernetes.io/instance": self.names.base,
+            "app.kubernetes.io/component": component,
+            "app.kubernetes.io/managed-by": MANAGED_BY,
+            "app.kubernetes.io/part-of": "sluice",
+            "sluice.dev/query": self.names.base,
+        }
+
+    def metadata(self, name: str, component: str, *, owned: bool = True,
+                 extra_labels: dict[str, str] | None = None) -> dict[str, Any]:
+        meta: dict[str, Any] = {
+            "name": name,
+            "namespace": self.namespace,
+            "labels": {**self.labels(component), **(extra_labels or {})},
+            "annotations": {"sluice.dev/query-name": self.name},
+        }
+        if owned:
+            meta["ownerReferences"] = [self.owner_reference()]
+        return meta

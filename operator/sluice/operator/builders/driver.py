@@ -1,0 +1,218 @@
+"""The driver StatefulSet (one replica; Kubernetes restarts it while the operator is down) and its PDB."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from sluice.core.naming import PLAN_FILE, PLAN_MOUNT, STATE_MOUNT
+from sluice.operator.builders.context import (
+    BLOCK_MANAGER_PORT,
+    DRIVER_PORT,
+    HTTP_PORT,
+    RUN_AS_USER,
+    QueryContext,
+)
+from sluice.operator.builders.network import driver_host
+
+TMP_MOUNT = "/tmp"
+SPARK_LOCAL_MOUNT = "/var/lib/sluice/spark-local"
+#: time on top of the drain budget for the JVM to exit after the last commit
+EXIT_MARGIN_SECONDS = 30
+
+
+def spark_conf(ctx: QueryContext) -> dict[str, str]:
+    """Spark settings for the driver: cluster defaults, then what the operator must control."""
+    conf = dict(ctx.cluster.spark_conf)
+    conf["spark.local.dir"] = SPARK_LOCAL_MOUNT
+    conf["spark.app.name"] = ctx.identity.query_id
+    if ctx.executors > 0:
+        res = ctx.executor_resources
+        conf.update({
+            "spark.executor.instances": str(ctx.executors),
+            "spark.kubernetes.namespace": ctx.namespace,
+            "spark.kubernetes.container.image": ctx.image,
+            "spark.kubernetes.container.image.pullPolicy": ctx.cluster.image_pull_policy,
+            "spark.kubernetes.authenticate.driver.serviceAccountName": ctx.names.service_account,
+            "spark.kubernetes.driver.pod.name": f"{ctx.names.driver}-0",
+            "spark.kubernetes.executor.podNamePrefix": ctx.names.base,
+            "spark.kubernetes.executor.label.sluice.dev/query": ctx.names.base,
+            "spark.kubernetes.executor.label.app.kubernetes.io/component": "executor",
+            "spark.driver.host": driver_host(ctx),
+            "spark.driver.bindAddress": "0.0.0.0",
+            "spark.driver.port": str(DRIVER_PORT),
+            "spark.driver.blockManager.port": str(BLOCK_MANAGER_PORT),
+        })
+        if res.requests and res.requests.cpu:
+            conf["spark.kubernetes.executor.request.cores"] = res.requests.cpu
+        if res.limits and res.limits.cpu:
+            conf["spark.kubernetes.executor.limit.cores"] = res.limits.cpu
+        if res.requests and res.requests.memory:
+            conf["spark.executor.memory"] = _spark_memory(res.requests.memory)
+    return dict(sorted(conf.items()))
+
+
+def _spark_memory(quantity: str) -> str:
+    """Kubernetes memory quantity -> Spark size (JVM heap ~ 70% of the request)."""
+    units = {"Ki": 1 / 1024, "Mi": 1, "Gi": 1024, "Ti": 1024 * 1024, "K": 1 / 1000, "M": 1, "G": 1000}
+    for suffix, factor in sorted(units.items(), key=lambda kv: -len(kv[0])):
+        if quantity.endswith(suffix):
+            mib = float(quantity[: -len(suffix)]) * factor
+            return f"{max(int(mib * 0.7), 256)}m"
+    return f"{max(int(float(quantity) / 1024 / 1024 * 0.7), 256)}m"
+
+
+def master(ctx: QueryContext) -> str:
+    return "local[*]" if ctx.executors == 0 else "k8s://https://kubernetes.default.svc"
+
+
+def _secret_env(name: str, ref: Any) -> dict[str, Any]:
+    return {"name": name, "valueFrom": {"secretKeyRef": {"name": ref.name, "key": ref.key}}}
+
+
+def driver_env(ctx: QueryContext) -> list[dict[str, Any]]:
+    ident = ctx.identity
+    env: list[dict[str, Any]] = [
+        {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
+        {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+        {"name": "SLUICE_PLAN", "value": f"{PLAN_MOUNT}/{PLAN_FILE}"},
+        {"name": "SLUICE_CHECKPOINT", "value": ident.checkpoint_path},
+        {"name": "SLUICE_BOOTSTRAP", "value": ctx.cluster.kafka.bootstrap_servers},
+        {"name": "SLUICE_MASTER", "value": master(ctx)},
+        {"name": "SLUICE_SPARK_CONF", "value": json.dumps(spark_conf(ctx), sort_keys=True)},
+        {"name": "SLUICE_HTTP_ADDR", "value": f"$(POD_IP):{HTTP_PORT}"},
+        {"name": "SLUICE_QUERY_ID", "value": ident.query_id},
+        {"name": "SLUICE_CONSUMER_GROUP", "value": ident.consumer_group},
+        {"name": "SLUICE_TRANSACTIONAL_ID", "value": ident.transactional_id},
+        {"name": "HOME", "value": TMP_MOUNT},
+    ]
+    kafka = ctx.cluster.kafka
+    if kafka.sasl is not None:
+        env.append({"name": "SLUICE_KAFKA_SASL_MECHANISM", "value": kafka.sasl.mechanism})
+        env.append(_secret_env("SLUICE_KAFKA_SASL_USERNAME", kafka.sasl.username_secret))
+        env.append(_secret_env("SLUICE_KAFKA_SASL_PASSWORD", kafka.sasl.password_secret))
+    if kafka.tls is not None:
+        env.append({"name": "SLUICE_KAFKA_TLS", "value": "true"})
+        for var, ref in (("SLUICE_KAFKA_TLS_CA", kafka.tls.ca_secret),
+                         ("SLUICE_KAFKA_TLS_CERT", kafka.tls.cert_secret),
+                         ("SLUICE_KAFKA_TLS_KEY", kafka.tls.key_secret)):
+            if ref is not None:
+                env.append(_secret_env(var, ref))
+    return env
+
+
+def termination_grace_seconds(ctx: QueryContext) -> int:
+    return ctx.cluster.drain_seconds + EXIT_MARGIN_SECONDS
+
+
+def driver_statefulset(ctx: QueryContext, plan_hash: str, config_map: str) -> dict[str, Any]:
+    """The driver workload running ``sluice-runtime run`` on the plan in ``config_map``."""
+    labels = ctx.labels("driver")
+    pod_annotations = {
+        "sluice.dev/plan-hash": plan_hash,
+        "sluice.dev/restart-nonce": ctx.spec.restart_nonce or "",
+        "prometheus.io/scrape": "true",
+        "prometheus.io/port": str(HTTP_PORT),
+    }
+    container = {
+        "name": "driver",
+        "image": ctx.image,
+        "imagePullPolicy": ctx.cluster.image_pull_policy,
+        "command": ["sluice-runtime", "run"],
+        "env": driver_env(ctx),
+        "ports": [
+            {"name": "http", "containerPort": HTTP_PORT, "protocol": "TCP"},
+            {"name": "driver-rpc", "containerPort": DRIVER_PORT, "protocol": "TCP"},
+            {"name": "blockmanager", "containerPort": BLOCK_MANAGER_PORT, "protocol": "TCP"},
+        ],
+        "resources": ctx.driver_resources.as_k8s(),
+        "startupProbe": {
+            "httpGet": {"path": "/healthz", "port": "http"},
+            "periodSeconds": 5, "failureThreshold": 60, "timeoutSeconds": 3,
+        },
+        "livenessProbe": {
+            "httpGet": {"path": "/healthz", "port": "http"},
+            "periodSeconds": 10, "failureThreshold": 6, "timeoutSeconds": 5,
+        },
+        "readinessProbe": {
+            "httpGet": {"path": "/readyz", "port": "http"},
+            "periodSeconds": 5, "failureThreshold": 3, "timeoutSeconds": 3,
+        },
+        "securityContext": {
+            "runAsNonRoot": True,
+            "allowPrivilegeEscalation": False,
+            "readOnlyRootFilesystem": True,
+            "capabilities": {"drop": ["ALL"]},
+            "seccompProfile": {"type": "RuntimeDefault"},
+        },
+        "volumeMounts": [
+            {"name": "plan", "mountPath": PLAN_MOUNT, "readOnly": True},
+            {"name": "state", "mountPath": STATE_MOUNT},
+            {"name": "tmp", "mountPath": TMP_MOUNT},
+            {"name": "spark-local", "mountPath": SPARK_LOCAL_MOUNT},
+        ],
+    }
+    pod_spec = {
+        "serviceAccountName": ctx.names.service_account,
+        "automountServiceAccountToken": ctx.executors > 0,
+        "terminationGracePeriodSeconds": termination_grace_seconds(ctx),
+        "enableServiceLinks": False,
+        "securityContext": {
+            "runAsNonRoot": True,
+            "runAsUser": RUN_AS_USER,
+            "runAsGroup": RUN_AS_USER,
+            "fsGroup": RUN_AS_USER,
+            "seccompProfile": {"type": "RuntimeDefault"},
+        },
+        "containers": [container],
+        "volumes": [
+            {"name": "plan", "configMap": {"name": config_map}},
+            {"name": "state", "persistentVolumeClaim": {"claimName": ctx.names.state_claim}},
+            {"name": "tmp", "emptyDir": {"sizeLimit": "1Gi"}},
+            {"name": "spark-local", "emptyDir": {"sizeLimit": "10Gi"}},
+        ],
+    }
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "StatefulSet",
+        "metadata": ctx.metadata(ctx.names.driver, "driver",
+                                 extra_labels={"sluice.dev/plan-hash": plan_hash[:12]}),
+        "spec": {
+            "replicas": 0 if ctx.spec.suspend else 1,
+            "serviceName": ctx.names.metrics_service,
+            "podManagementPolicy": "OrderedReady",
+            "updateStrategy": {"type": "RollingUpdate"},
+            "selector": {"matchLabels": ctx.selector()},
+            "template": {
+                "metadata": {
+                    "labels": {**labels, "sluice.dev/plan-hash": plan_hash[:12]},
+                    "annotations": pod_annotations,
+                },
+                "spec": pod_spec,
+            },
+        },
+    }
+
+
+def driver_update_patch(ctx: QueryContext, plan_hash: str, config_map: str) -> dict[str, Any]:
+    """Strategic-merge-free update: the whole desired spec and labels (used with a replace/patch)."""
+    desired = driver_statefulset(ctx, plan_hash, config_map)
+    return {"metadata": {"labels": desired["metadata"]["labels"]}, "spec": desired["spec"]}
+
+
+def disruption_budget(ctx: QueryContext) -> dict[str, Any]:
+    """At most one driver pod (active or standby) voluntarily disrupted at a time.
+
+    The driver drains on SIGTERM and resumes from its checkpoint, so node drains are allowed;
+    unhealthy pods may always be evicted so a broken pod never blocks a drain.
+    """
+    return {
+        "apiVersion": "policy/v1",
+        "kind": "PodDisruptionBudget",
+        "metadata": ctx.metadata(ctx.names.pdb, "driver"),
+        "spec": {
+            "maxUnavailable": 1,
+            "unhealthyPodEvictionPolicy": "AlwaysAllow",
+            "selector": {"matchLabels": ctx.selector()},
+        },
+    }

@@ -1,0 +1,1 @@
+"""Thin kopf handlers: one module per resource/action, delegating to sluice.operator.reconcile."""

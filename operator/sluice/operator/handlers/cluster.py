@@ -1,0 +1,15 @@
+"""QueryCluster create / update / resume: validate, resolve the image, check Kafka."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sluice.operator.handlers._common import as_dict, env, kopf_errors
+from sluice.operator.reconcile import reconcile_cluster
+
+
+def handle(body: Any, retry: int, logger: Any = None, **_: Any) -> None:
+    with kopf_errors("QueryCluster", "reconcile"):
+        phase = reconcile_cluster(env(), as_dict(body), retry=retry)
+    if logger is not None:
+        logger.info(f"reconciled: phase {phase}")

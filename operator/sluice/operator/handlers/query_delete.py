@@ -1,0 +1,13 @@
+"""StreamingQuery deletion (finalizer): drain, apply the deletion policy, release."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sluice.operator.handlers._common import as_dict, env, kopf_errors
+from sluice.operator.reconcile import delete_query
+
+
+def handle(body: Any, retry: int, runtime: Any, **_: Any) -> None:
+    with kopf_errors("StreamingQuery", "delete"):
+        delete_query(env(), as_dict(body), retry=retry, runtime_seconds=runtime.total_seconds())

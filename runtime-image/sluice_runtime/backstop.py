@@ -1,0 +1,63 @@
+"""Read a checkpoint's own description and check it against a plan before an in-place restart.
+
+``verify(checkpoint, plan)`` returns the problems found by :func:`sluice.core.classify.backstop.check`
+([] when the restart is safe as far as the checkpoint can tell); ``record(checkpoint, plan)`` writes
+the plan's state signature to ``<checkpoint>/sluice/state.json`` when a checkpoint is first used.
+Only plain files are read (local or mounted volume paths).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from sluice.core.classify.backstop import CheckpointFacts, StateOperator, check, state_signature
+from sluice.core.plan.model import Plan
+
+SIGNATURE_FILE = Path("sluice") / "state.json"
+
+
+def _latest_offsets(root: Path) -> Path | None:
+    offsets = root / "offsets"
+    if not offsets.is_dir():
+        return None
+    batches = [p for p in offsets.iterdir() if p.name.isdigit()]
+    return max(batches, key=lambda p: int(p.name)) if batches else None
+
+
+def read_facts(checkpoint: str | Path) -> CheckpointFacts:
+    root = Path(checkpoint)
+    facts = CheckpointFacts()
+    latest = _latest_offsets(root)
+    if latest is not None:
+        lines = latest.read_text(encoding="utf-8").splitlines()
+        if len(lines) > 1:
+            meta: dict[str, Any] = json.loads(lines[1])
+            facts.conf = {str(k): str(v) for k, v in (meta.get("conf") or {}).items()}
+    state = root / "state"
+    if state.is_dir():
+        for op_dir in sorted((p for p in state.iterdir() if p.name.isdigit()), key=lambda p: int(p.name)):
+            meta_file = op_dir / "_metadata" / "metadata"
+            name, stores = "unknown", []
+            if meta_file.is_file():
+                lines = meta_file.read_text(encoding="utf-8").splitlines()
+                if len(lines) > 1:
+                    info = json.loads(lines[1])
+                    name = info.get("operatorInfo", {}).get("operatorName", "unknown")
+                    stores = [s.get("storeName", "") for s in info.get("stateStoreInfo", [])]
+            facts.operators.append(StateOperator(operator_id=int(op_dir.name), name=name, stores=stores))
+    sig = root / SIGNATURE_FILE
+    if sig.is_file():
+        facts.signature = json.loads(sig.read_text(encoding="utf-8"))
+    return facts
+
+
+def record(checkpoint: str | Path, plan: Plan) -> None:
+    path = Path(checkpoint) / SIGNATURE_FILE
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(state_signature(plan), indent=2, sort_keys=True), encoding="utf-8")
+
+
+def verify(checkpoint: str | Path, plan: Plan) -> list[str]:
+    return check(plan, read_facts(checkpoint))

@@ -1,0 +1,138 @@
+"""Prometheus metrics of a runtime, derived from the queries' progress reports.
+
+Everything is computed from ``StreamingQuery.lastProgress``/``status`` (no extra Kafka calls):
+per-partition lag is the source's ``latestOffset`` minus its ``endOffset`` in the last progress.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Gauge
+
+from sluice_runtime import malformed
+
+
+@dataclass(frozen=True)
+class PartitionLag:
+    topic: str
+    partition: str
+    lag: int
+
+
+def _offsets(value: Any) -> dict[str, dict[str, int]]:
+    """Parse a Kafka source offset JSON (str or dict): topic -> partition -> offset."""
+    import json
+
+    if value is None:
+        return {}
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except ValueError:
+            return {}
+    if not isinstance(value, dict):
+        return {}
+    out: dict[str, dict[str, int]] = {}
+    for topic, parts in value.items():
+        if isinstance(parts, dict):
+            out[str(topic)] = {str(p): int(o) for p, o in parts.items() if isinstance(o, (int, float))}
+    return out
+
+
+def kafka_lag(progress: Mapping[str, Any]) -> list[PartitionLag]:
+    """Per-partition lag of every Kafka source of one progress report."""
+    lags: list[PartitionLag] = []
+    for source in progress.get("sources") or []:
+        end = _offsets(source.get("endOffset"))
+        latest = _offsets(source.get("latestOffset"))
+        for topic, parts in latest.items():
+            for partition, latest_offset in parts.items():
+                done = end.get(topic, {}).get(partition)
+                if done is None:
+                    continue
+                lags.append(PartitionLag(topic, partition, max(0, latest_offset - done)))
+    return lags
+
+
+@dataclass
+class RuntimeMetrics:
+    registry: CollectorRegistry = field(default_factory=CollectorRegistry)
+    _seen_batches: dict[str, int] = field(default_factory=dict)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def __post_init__(self) -> None:
+        r = self.registry
+        q = ["query"]
+        self.input_rows = Counter("sluice_input_rows", "Rows read from the sources.", q, registry=r)
+        self.processed_batches = Counter("sluice_batches", "Micro-batches completed.", q, registry=r)
+        self.input_rate = Gauge(
+            "sluice_input_rows_per_second", "Input rate of the last batch.", q, registry=r
+        )
+        self.processed_rate = Gauge(
+            "sluice_processed_rows_per_second", "Processing rate of the last batch.", q, registry=r
+        )
+        self.batch_duration = Gauge(
+            "sluice_batch_duration_seconds", "Duration of the last micro-batch.", q, registry=r
+        )
+        self.last_batch = Gauge(
+            "sluice_last_committed_batch_id", "Id of the last completed batch.", q, registry=r
+        )
+        self.state_rows = Gauge("sluice_state_rows", "Rows in state stores.", q, registry=r)
+        self.state_memory = Gauge("sluice_state_memory_bytes", "Memory used by state stores.", q, registry=r)
+        self.lag = Gauge(
+            "sluice_kafka_lag_records",
+            "Records behind the latest offset.",
+            ["query", "topic", "partition"],
+            registry=r,
+        )
+        self.active = Gauge("sluice_query_active", "1 while the query runs.", q, registry=r)
+        self.malformed = Counter(
+            "sluice_malformed_records",
+            "Malformed source records (all policies).",
+            ["query", "source"],
+            registry=r,
+        )
+        self.ready = Gauge("sluice_ready", "1 when /readyz answers 200.", registry=r)
+
+    def observe_progress(self, query: str, progress: Mapping[str, Any] | None, active: bool) -> None:
+        """Update from one query's last progress (idempotent per batch id)."""
+        with self._lock:
+            self.active.labels(query).set(1 if active else 0)
+            if not progress:
+                return
+            batch = int(progress.get("batchId", -1))
+            self.input_rate.labels(query).set(float(progress.get("inputRowsPerSecond") or 0.0))
+            self.processed_rate.labels(query).set(float(progress.get("processedRowsPerSecond") or 0.0))
+            for lag in kafka_lag(progress):
+                self.lag.labels(query, lag.topic, lag.partition).set(lag.lag)
+            if self._seen_batches.get(query, -1) >= batch:
+                return
+            self._seen_batches[query] = batch
+            self.last_batch.labels(query).set(batch)
+            self.processed_batches.labels(query).inc()
+            self.input_rows.labels(query).inc(int(progress.get("numInputRows") or 0))
+            durations = progress.get("durationMs") or {}
+            self.batch_duration.labels(query).set(float(durations.get("triggerExecution") or 0) / 1000.0)
+            ops = progress.get("stateOperators") or []
+            self.state_rows.labels(query).set(sum(int(o.get("numRowsTotal") or 0) for o in ops))
+            self.state_memory.labels(query).set(sum(int(o.get("memoryUsedBytes") or 0) for o in ops))
+            for source, count in malformed.observed_counts(dict(progress)).items():
+                if count:
+                    self.malformed.labels(query, source).inc(count)
+
+    def observe_recent(self, query: str, progresses: Iterable[Mapping[str, Any]], active: bool) -> None:
+        """Update from a query's recent progress reports (oldest first); counts each batch once."""
+        items = sorted(progresses, key=lambda p: int(p.get("batchId", -1)))
+        if not items:
+            self.observe_progress(query, None, active)
+        for progress in items:
+            self.observe_progress(query, progress, active)
+
+    def render(self) -> bytes:
+        from prometheus_client import generate_latest
+
+        return generate_latest(self.registry)

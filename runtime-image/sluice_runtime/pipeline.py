@@ -1,0 +1,201 @@
+"""Build the streaming pipeline of a plan from its steps alone (the SQL text is never read).
+
+Every write goes through ``foreachBatch`` and the pipeline's :class:`~sluice_runtime.drain.BatchGate`
+so that a drain can finish the batch in flight and stop before the next one writes:
+
+* ``atLeastOnce``: each batch is written with Spark's Kafka sink (``df.write.format("kafka")``);
+* ``exactlyOnce``: each batch is written in one Kafka transaction
+  (:mod:`sluice_runtime.sink_exactly_once`).
+
+Sources whose malformed policy is ``deadLetter`` get a second query that writes their malformed
+records to the dead-letter topic, checkpointed under ``<checkpoint>/dlq/<source id>``.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from sluice.core.plan.model import KafkaSinkV1, Plan
+
+from sluice_runtime import kafka_admin
+from sluice_runtime.drain import BatchGate, Drainable
+from sluice_runtime.sink_exactly_once import TransactionalSink
+from sluice_runtime.steps import BuildContext, builder_for
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.streaming import StreamingQuery
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Pipeline:
+    plan: Plan
+    query_id: str
+    checkpoint: str
+    main: StreamingQuery
+    gate: BatchGate
+    dead_letter: dict[str, StreamingQuery] = field(default_factory=dict)
+    dead_letter_checkpoints: dict[str, str] = field(default_factory=dict)
+    eos_sink: TransactionalSink | None = None
+    observations: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def main_name(self) -> str:
+        return str(self.main.name)
+
+    def queries(self) -> list[Drainable]:
+        out = [Drainable(self.main_name, self.main, self.checkpoint)]
+        for source_id, q in self.dead_letter.items():
+            out.append(Drainable(str(q.name), q, self.dead_letter_checkpoints[source_id]))
+        return out
+
+    def all_queries(self) -> list[StreamingQuery]:
+        return [self.main, *self.dead_letter.values()]
+
+
+def query_name(query_id: str, suffix: str = "") -> str:
+    base = re.sub(r"[^A-Za-z0-9_.-]", "_", query_id)
+    return f"sluice-{base}{suffix}"
+
+
+def build_frames(plan: Plan, ctx: BuildContext) -> dict[str, DataFrame]:
+    """Build every step's DataFrame, inputs first (the plan is a DAG)."""
+    frames: dict[str, DataFrame] = {}
+    visiting: set[str] = set()
+
+    def visit(step_id: str) -> DataFrame:
+        if step_id in frames:
+            return frames[step_id]
+        if step_id in visiting:
+            raise ValueError(f"plan has a cycle through step {step_id!r}")
+        visiting.add(step_id)
+        step = plan.step(step_id)
+        inputs = [visit(i) for i in step.inputs]
+        frames[step_id] = builder_for(step.type)(step, inputs, ctx)
+        visiting.discard(step_id)
+        return frames[step_id]
+
+    for step in plan.steps:
+        visit(step.id)
+    return frames
+
+
+def _trigger(writer: Any, sink: KafkaSinkV1, available_now: bool) -> Any:
+    if available_now:
+        return writer.trigger(availableNow=True)
+    if sink.trigger.processing_time:
+        return writer.trigger(processingTime=sink.trigger.processing_time)
+    return writer
+
+
+def build_pipeline(
+    spark: SparkSession,
+    plan: Plan,
+    *,
+    checkpoint: str,
+    bootstrap: str,
+    query_id: str,
+    available_now: bool = False,
+    extra_kafka: dict[str, str] | None = None,
+    gate: BatchGate | None = None,
+) -> Pipeline:
+    extra = dict(extra_kafka or {})
+    ctx = BuildContext(spark=spark, plan=plan, bootstrap=bootstrap, query_id=query_id, extra_kafka=extra)
+    frames = build_frames(plan, ctx)
+    sink = plan.sink
+    gate = gate or BatchGate()
+    kafka_opts = ctx.kafka_options()
+    kafka_admin.ensure_topics(bootstrap, [sink.topic, *(r.topic for r in ctx.dead_letters)], extra=extra)
+
+    def alo_writer(topic: str) -> Any:
+        def write(frame: DataFrame, batch_id: int) -> None:
+            del batch_id
+            frame.write.format("kafka").options(**kafka_opts).option("topic", topic).save()
+
+        return write
+
+    eos: TransactionalSink | None = None
+    if sink.delivery == "exactlyOnce":
+        eos = TransactionalSink(
+            bootstrap=bootstrap, topic=sink.topic, query_id=query_id, checkpoint=checkpoint, extra=extra
+        )
+        eos.init()  # fence older drivers of this query identity right away
+        write_main = eos.write_batch
+    else:
+        write_main = alo_writer(sink.topic)
+
+    started: list[StreamingQuery] = []
+    try:
+        dead_letter: dict[str, StreamingQuery] = {}
+        dlq_checkpoints: dict[str, str] = {}
+        for route in ctx.dead_letters:
+            name = query_name(query_id, f"-dlq-{route.source_id}")
+            dlq_ckpt = f"{checkpoint.rstrip('/')}/dlq/{route.source_id}"
+            dlq_write = alo_writer(route.topic)
+
+            def dlq_batch(frame: DataFrame, batch_id: int, _n: str = name, _w: Any = dlq_write) -> None:
+                gate.run(_n, batch_id, lambda: _w(frame, batch_id))
+
+            w = route.frame.writeStream.queryName(name).option("checkpointLocation", dlq_ckpt)
+            q = _trigger(w.foreachBatch(dlq_batch), sink, available_now).start()
+            started.append(q)
+            dead_letter[route.source_id] = q
+            dlq_checkpoints[route.source_id] = dlq_ckpt
+
+        main_name = query_name(query_id)
+
+        def main_batch(frame: DataFrame, batch_id: int) -> None:
+            gate.run(main_name, batch_id, lambda: write_main(frame, batch_id))
+
+        writer = (
+            frames[sink.id]
+            .writeStream.queryName(main_name)
+            .outputMode(sink.output_mode)
+            .option("checkpointLocation", checkpoint)
+            .foreachBatch(main_batch)
+        )
+        main = _trigger(writer, sink, available_now).start()
+    except Exception:
+        for q in started:
+            q.stop()
+        if eos is not None:
+            eos.close()
+        raise
+    return Pipeline(
+        plan=plan,
+        query_id=query_id,
+        checkpoint=checkpoint,
+        main=main,
+        gate=gate,
+        dead_letter=dead_letter,
+        dead_letter_checkpoints=dlq_checkpoints,
+        eos_sink=eos,
+        observations=dict(ctx.observations),
+    )
+
+
+def build_query(
+    spark: SparkSession,
+    plan: Plan,
+    *,
+    checkpoint: str,
+    bootstrap: str,
+    query_id: str,
+    available_now: bool = False,
+    extra_kafka: dict[str, str] | None = None,
+) -> StreamingQuery:
+    """Start the plan's pipeline; return its main query (dead-letter queries run alongside)."""
+    return build_pipeline(
+        spark,
+        plan,
+        checkpoint=checkpoint,
+        bootstrap=bootstrap,
+        query_id=query_id,
+        available_now=available_now,
+        extra_kafka=extra_kafka,
+    ).main

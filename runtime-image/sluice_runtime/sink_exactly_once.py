@@ -1,0 +1,170 @@
+"""Exactly-once Kafka sink: ``foreachBatch`` + a transactional confluent-kafka producer.
+
+* ``transactional.id`` = ``sluice-<query id>``: every driver of the same query identity uses the
+  same id, so a newer driver's ``init_transactions()`` aborts whatever an older one left open and
+  bumps the producer epoch; the older driver (a zombie) is fenced and can never commit again.
+* Each batch is written in one transaction together with a commit marker:
+  ``send_offsets_to_transaction`` commits offset ``batch id + 1`` on partition 0 of the sink topic
+  for the consumer group ``sluice-eos-<query id>-<checkpoint id>`` (the checkpoint id is the
+  Spark query id stored in the checkpoint's ``metadata`` file, so a new checkpoint starts a new
+  sequence). The marker becomes visible atomically with the records.
+* When Spark replays a batch (it crashed after the transaction committed but before
+  ``commits/N``), the marker says that batch is already committed, and the batch is skipped.
+
+Output must be read with ``isolation.level=read_committed``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+
+log = logging.getLogger(__name__)
+
+
+class FencedError(RuntimeError):
+    """Another driver with the same query identity took over; this one must not write."""
+
+
+def transactional_id(query_id: str) -> str:
+    return f"sluice-{query_id}"
+
+
+def marker_group(query_id: str, checkpoint_id: str) -> str:
+    return f"sluice-eos-{query_id}-{checkpoint_id}"
+
+
+def checkpoint_id(checkpoint: str | Path) -> str:
+    """The Spark query id recorded in the checkpoint (stable across restarts)."""
+    meta = Path(checkpoint) / "metadata"
+    return str(json.loads(meta.read_text().splitlines()[0])["id"])
+
+
+class TransactionalSink:
+    """Writes each micro-batch in one Kafka transaction; skips batches already committed."""
+
+    def __init__(
+        self,
+        *,
+        bootstrap: str,
+        topic: str,
+        query_id: str,
+        checkpoint: str,
+        extra: dict[str, str] | None = None,
+        transaction_timeout_ms: int = 60000,
+    ) -> None:
+        self.bootstrap = bootstrap
+        self.topic = topic
+        self.query_id = query_id
+        self.checkpoint = checkpoint
+        self.extra = {k.removeprefix("kafka."): v for k, v in (extra or {}).items()}
+        self.transaction_timeout_ms = transaction_timeout_ms
+        self._producer: Any = None
+        self._consumer: Any = None
+        self._group: str | None = None
+        self.last_committed: int | None = None
+        self.fenced = False
+        self.skipped: list[int] = []
+
+    # -- lifecycle -------------------------------------------------------------------------
+    def init(self) -> None:
+        """Initialise transactions (fences any older driver of this query identity)."""
+        from confluent_kafka import Producer
+
+        conf = {
+            "bootstrap.servers": self.bootstrap,
+            "transactional.id": transactional_id(self.query_id),
+            "transaction.timeout.ms": self.transaction_timeout_ms,
+            "enable.idempotence": True,
+            "linger.ms": 20,
+            "compression.type": "lz4",
+            **self.extra,
+        }
+        self._producer = Producer(conf)
+        self._producer.init_transactions(30)
+        log.info("exactly-once sink: initialised transactional.id %s", conf["transactional.id"])
+
+    def _ensure_marker(self) -> None:
+        if self._consumer is not None:
+            return
+        from confluent_kafka import Consumer, TopicPartition
+
+        self._group = marker_group(self.query_id, checkpoint_id(self.checkpoint))
+        self._consumer = Consumer(
+            {
+                "bootstrap.servers": self.bootstrap,
+                "group.id": self._group,
+                "enable.auto.commit": False,
+                "isolation.level": "read_committed",
+                **{k: v for k, v in self.extra.items() if k.startswith(("security.", "sasl.", "ssl."))},
+            }
+        )
+        committed = self._consumer.committed([TopicPartition(self.topic, 0)], timeout=30)
+        offset = committed[0].offset if committed else -1
+        self.last_committed = offset - 1 if offset is not None and offset > 0 else None
+        log.info("exactly-once sink: group %s, last committed batch %s", self._group, self.last_committed)
+
+    def close(self) -> None:
+        if self._consumer is not None:
+            self._consumer.close()
+            self._consumer = None
+        if self._producer is not None:
+            if not self.fenced:
+                try:
+                    self._producer.flush(10)
+                except Exception as exc:  # fenced or broker gone: nothing left to deliver
+                    log.info("exactly-once sink: close: %s", exc)
+            self._producer = None
+
+    # -- writing ---------------------------------------------------------------------------
+    def write_batch(self, frame: DataFrame, batch_id: int) -> bool:
+        """Write an encoded (key, value) frame; False when the batch was already committed."""
+        rows = ((r["key"], r["value"]) for r in frame.toLocalIterator())
+        return self.write_rows(rows, batch_id)
+
+    def write_rows(self, rows: Any, batch_id: int) -> bool:
+        from confluent_kafka import KafkaException, TopicPartition
+
+        if self.fenced:
+            raise FencedError(f"query {self.query_id}: producer fenced by a newer driver")
+        if self._producer is None:
+            self.init()
+        self._ensure_marker()
+        if self.last_committed is not None and batch_id <= self.last_committed:
+            log.info("exactly-once sink: batch %s already committed, skipped", batch_id)
+            self.skipped.append(batch_id)
+            return False
+        producer = self._producer
+        try:
+            producer.begin_transaction()
+            for key, value in rows:
+                while True:
+                    try:
+                        producer.produce(self.topic, value=value, key=key)
+                        break
+                    except BufferError:
+                        producer.poll(0.05)
+                producer.poll(0)
+            marker = [TopicPartition(self.topic, 0, batch_id + 1)]
+            producer.send_offsets_to_transaction(marker, self._consumer.consumer_group_metadata(), 30)
+            producer.commit_transaction(60)
+        except KafkaException as exc:
+            err = exc.args[0] if exc.args else None
+            fatal = bool(err is not None and hasattr(err, "fatal") and err.fatal())
+            if fatal or "fenced" in str(exc).lower():
+                self.fenced = True
+                raise FencedError(
+                    f"query {self.query_id}: transactional producer fenced (a newer driver took over): {exc}"
+                ) from exc
+            try:
+                producer.abort_transaction(30)
+            except KafkaException:
+                log.exception("exactly-once sink: abort failed")
+            raise
+        self.last_committed = batch_id
+        return True

@@ -1,0 +1,46 @@
+"""kafkaSourceV1: read a topic, parse the JSON value against the declared columns.
+
+Malformed records (value not JSON, not an object, or a field of the wrong type) are tagged and
+handled by the step's policy (see ``sluice_runtime.malformed``).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from sluice.core.plan.model import KafkaSourceV1
+
+from sluice_runtime import malformed
+from sluice_runtime.steps.base import BuildContext, DeadLetterRoute
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+
+
+def read_kafka(step: KafkaSourceV1, ctx: BuildContext) -> DataFrame:
+    reader = ctx.spark.readStream.format("kafka").options(**ctx.kafka_options())
+    reader = reader.option("subscribe", step.topic).option("startingOffsets", step.starting_offsets)
+    reader = reader.option("failOnDataLoss", "false")
+    if step.max_offsets_per_trigger is not None:
+        reader = reader.option("maxOffsetsPerTrigger", str(step.max_offsets_per_trigger))
+    return reader.load()
+
+
+def build(step: KafkaSourceV1, inputs: list[DataFrame], ctx: BuildContext) -> DataFrame:
+    del inputs
+    raw = read_kafka(step, ctx)
+    tagged = malformed.parse(raw, step.columns)
+    policy = step.malformed.policy
+    if policy == "deadLetter":
+        topic = step.malformed.topic or malformed.default_dead_letter_topic(ctx.plan.sink.topic)
+        frame = malformed.dead_letter_frame(tagged, step.columns)
+        ctx.dead_letters.append(DeadLetterRoute(source_id=step.id, frame=frame, topic=topic))
+    good = malformed.apply_policy(tagged, policy, step.id, ctx)
+    declared = {c.name for c in step.columns}
+    cols = []
+    for f in step.schema_:
+        if f.name in declared:
+            cols.append(good[f"{malformed.PARSED}.`{f.name}`"].alias(f.name))
+        else:  # Kafka metadata columns (key, topic, partition, offset, timestamp)
+            cols.append(good[f"`{f.name}`"].alias(f.name))
+    return good.select(*cols)

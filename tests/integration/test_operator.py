@@ -1,0 +1,314 @@
+"""The operator against the real API server and a real Kafka broker (no kubelet: pods stay Pending).
+
+Each test gets a fresh namespace and its own in-process operator (kopf in a background thread,
+watching only that namespace, with a Lease in that namespace).
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pytest
+from sluice.operator.kube import Kube
+
+pytestmark = pytest.mark.integration
+
+REPO = Path(__file__).resolve().parents[2]
+T = TypeVar("T")
+
+SQL = "SELECT customer, count(*) AS orders, sum(amount) AS total FROM orders GROUP BY customer"
+SQL_BY_ORDER = "SELECT order_id, count(*) AS orders, sum(amount) AS total FROM orders GROUP BY order_id"
+WORKLOAD_KINDS = ("ConfigMap", "StatefulSet", "PersistentVolumeClaim", "Service", "ServiceAccount", "Role",
+                  "RoleBinding", "PodDisruptionBudget")
+
+
+def eventually(check: Callable[[], T | None], *, timeout: float = 30.0, what: str) -> T:
+    deadline = time.monotonic() + timeout
+    last: Any = None
+    while time.monotonic() < deadline:
+        try:
+            last = check()
+            if last:
+                return last
+        except Exception as exc:  # transient API errors while things settle
+            last = exc
+        time.sleep(0.25)
+    raise AssertionError(f"timed out after {timeout:.0f}s waiting until {what} (last: {last!r})")
+
+
+@pytest.fixture(scope="module")
+def crds(kube: Any) -> None:
+    subprocess.run([str(kube.bin_dir / "kubectl"), "apply", "--server-side", "-f", str(REPO / "crds")],
+                   env=kube.env(), check=True, capture_output=True)
+    for crd in ("streamingqueries.sluice.dev", "queryclusters.sluice.dev"):
+        subprocess.run([str(kube.bin_dir / "kubectl"), "wait", "--for=condition=Established",
+                        f"crd/{crd}", "--timeout=60s"], env=kube.env(), check=True, capture_output=True)
+
+
+class OperatorThread:
+    def __init__(self, kube: Any, namespace: str, identity: str) -> None:
+        from sluice.commands.operator import run_operator
+
+        self.stop = threading.Event()
+        self.ready = threading.Event()
+        self.identity = identity
+        args = argparse.Namespace(
+            namespace=[namespace], peering=None, standalone=True, no_leader_election=False,
+            lease_name="sluice-operator", lease_namespace=namespace, lease_seconds=6, identity=identity,
+            metrics_port=0, kubeconfig=str(kube.kubeconfig), log_format="text", verbose=False,
+        )
+        self.result: list[int] = []
+        self.thread = threading.Thread(
+            target=lambda: self.result.append(run_operator(args, self.stop, self.ready)),
+            daemon=True, name=f"operator-{identity}")
+        self.thread.start()
+
+    def shutdown(self) -> None:
+        self.stop.set()
+        self.thread.join(timeout=30)
+        assert not self.thread.is_alive(), "operator did not stop"
+
+
+@pytest.fixture
+def k(kube: Any) -> Kube:
+    return Kube(kube.api)
+
+
+@pytest.fixture
+def operator(kube: Any, namespace: str, crds: None) -> Iterator[OperatorThread]:
+    op = OperatorThread(kube, namespace, "op-a")
+    eventually(op.ready.is_set, timeout=30, what="the operator is running")
+    yield op
+    op.shutdown()
+
+
+def cluster(namespace: str, bootstrap: str, name: str = "default") -> dict[str, Any]:
+    return {"apiVersion": "sluice.dev/v1alpha1", "kind": "QueryCluster",
+            "metadata": {"name": name, "namespace": namespace},
+            "spec": {"serviceId": "it", "kafka": {"bootstrapServers": bootstrap}, "drainSeconds": 10}}
+
+
+def query(namespace: str, name: str, topic: str, **spec: Any) -> dict[str, Any]:
+    body = {
+        "sources": [{"name": "orders", "topic": f"{topic}-in", "schema": [
+            {"name": "order_id", "type": "string"}, {"name": "customer", "type": "string"},
+            {"name": "amount", "type": "double"}]}],
+        "sql": SQL,
+        "sink": {"topic": topic, "outputMode": "update"},
+        "trigger": {"processingTime": "5 seconds"},
+    }
+    body.update(spec)
+    return {"apiVersion": "sluice.dev/v1alpha1", "kind": "StreamingQuery",
+            "metadata": {"name": name, "namespace": namespace}, "spec": body}
+
+
+def topics(bootstrap: str) -> set[str]:
+    from confluent_kafka.admin import AdminClient
+
+    return set(AdminClient({"bootstrap.servers": bootstrap}).list_topics(timeout=10).topics)
+
+
+def status(k: Kube, ns: str, name: str) -> dict[str, Any]:
+    obj = k.get("StreamingQuery", ns, name)
+    return (obj or {}).get("status") or {}
+
+
+def condition(st: dict[str, Any], type_: str) -> dict[str, Any]:
+    return next((c for c in st.get("conditions") or [] if c["type"] == type_), {})
+
+
+def edit(k: Kube, ns: str, name: str, spec: dict[str, Any]) -> int:
+    obj = k.patch("StreamingQuery", ns, name, {"spec": spec})
+    return int(obj["metadata"]["generation"])
+
+
+def settled(k: Kube, ns: str, name: str, generation: int) -> Callable[[], dict[str, Any] | None]:
+    def check() -> dict[str, Any] | None:
+        st = status(k, ns, name)
+        return st if st.get("observedGeneration") == generation and st.get("plan") and (
+            st.get("rollout") or {}).get("step") not in ("Deploying", "Applying") else None
+    return check
+
+
+def test_lifecycle_create_edit_suspend_resume(k: Kube, namespace: str, kafka: str,
+                                              operator: OperatorThread) -> None:
+    ns, topic = namespace, f"out-{uuid.uuid4().hex[:6]}"
+    k.create(cluster(ns, kafka))
+    obj = k.create(query(ns, "totals", topic))
+    uid = obj["metadata"]["uid"]
+
+    st = eventually(settled(k, ns, "totals", 1), timeout=60, what="the query is reconciled")
+    assert st["phase"] == "Starting"  # no kubelet: the driver never becomes ready here
+    assert len(st["plan"]["hash"]) == 64 and st["plan"]["version"] == 1
+    assert {c["type"] for c in st["conditions"]} == {"Ready", "Progressing", "Degraded"}
+    assert condition(st, "Degraded")["status"] == "False"
+    assert st["identity"]["consumerGroup"] == f"it.{ns}.totals.v1"
+    for kind in WORKLOAD_KINDS:
+        objs = k.list(kind, ns, "sluice.dev/query=totals")
+        assert len(objs) == 1, kind
+        owners = objs[0]["metadata"].get("ownerReferences") or []
+        if kind == "PersistentVolumeClaim":
+            assert owners == []  # Retain (the default) keeps the claim out of garbage collection
+        else:
+            assert [o["uid"] for o in owners] == [uid], kind
+    cm = k.list("ConfigMap", ns, "sluice.dev/query=totals")[0]
+    assert cm["immutable"] is True and cm["metadata"]["name"] == st["plan"]["configMap"]
+    assert topic in topics(kafka)
+    qc = eventually(lambda: (k.get("QueryCluster", ns, "default") or {}).get("status", {}).get("phase"),
+                    what="the cluster status")
+    assert qc == "Ready"
+
+    # a transparent edit (trigger) is applied in place: new pinned plan, driver template rolled
+    sts_before = k.get("StatefulSet", ns, "totals-driver")
+    gen = edit(k, ns, "totals", {"trigger": {"processingTime": "10 seconds"}})
+    st = eventually(settled(k, ns, "totals", gen), timeout=30, what="the trigger edit")
+    assert st["lastUpgrade"]["category"] == "transparent" and st["lastUpgrade"]["outcome"] == "Applied"
+    assert st["plan"]["version"] == 1
+    sts = k.get("StatefulSet", ns, "totals-driver")
+    assert sts["spec"]["template"] != sts_before["spec"]["template"]
+    plan_volume = next(v for v in sts["spec"]["template"]["spec"]["volumes"] if v["name"] == "plan")
+    assert plan_volume["configMap"]["name"] == st["plan"]["configMap"]
+
+    # a group-by edit needs a replace: recorded as pending, the workload is untouched
+    gen = edit(k, ns, "totals", {"sql": SQL_BY_ORDER})
+    st = eventually(settled(k, ns, "totals", gen), timeout=30, what="the group-by edit")
+    assert st["phase"] == "UpgradePending"
+    assert st["rollout"]["step"] == "AwaitingUpgrade" and st["rollout"]["decision"] == "replace"
+    assert st["lastUpgrade"]["outcome"] == "Pending"
+    assert k.get("StatefulSet", ns, "totals-driver")["metadata"]["resourceVersion"] == \
+        sts["metadata"]["resourceVersion"]
+
+    # suspend / resume
+    gen = edit(k, ns, "totals", {"sql": SQL, "suspend": True})
+    st = eventually(settled(k, ns, "totals", gen), timeout=30, what="suspend")
+    assert st["phase"] == "Suspended"
+    assert k.get("StatefulSet", ns, "totals-driver")["spec"]["replicas"] == 0
+    assert k.get("PersistentVolumeClaim", ns, "totals-state") is not None
+    gen = edit(k, ns, "totals", {"suspend": False})
+    st = eventually(settled(k, ns, "totals", gen), timeout=30, what="resume")
+    assert st["phase"] == "Starting"
+    assert k.get("StatefulSet", ns, "totals-driver")["spec"]["replicas"] == 1
+
+
+def test_delete_with_each_policy(k: Kube, namespace: str, kafka: str, operator: OperatorThread) -> None:
+    ns = namespace
+    keep, drop = f"keep-{uuid.uuid4().hex[:6]}", f"drop-{uuid.uuid4().hex[:6]}"
+    k.create(cluster(ns, kafka))
+    k.create(query(ns, "keep", keep))
+    k.create(query(ns, "drop", drop, deletionPolicy="Delete"))
+    for name in ("keep", "drop"):
+        eventually(settled(k, ns, name, 1), timeout=60, what=f"{name} reconciled")
+    assert {keep, drop} <= topics(kafka)
+    k.delete("StreamingQuery", ns, "keep")
+    k.delete("StreamingQuery", ns, "drop")
+    eventually(lambda: k.get("StreamingQuery", ns, "keep") is None and k.get("StreamingQuery", ns, "drop")
+               is None, timeout=60, what="both queries are gone (finalizer released)")
+    remaining = topics(kafka)
+    assert keep in remaining and drop not in remaining
+    assert k.get("PersistentVolumeClaim", ns, "keep-state") is not None
+    eventually(lambda: k.get("PersistentVolumeClaim", ns, "drop-state") is None
+               or k.get("PersistentVolumeClaim", ns, "drop-state")["metadata"].get("deletionTimestamp"),
+               what="the Delete policy removed the claim")
+    # garbage collection removes the owned objects of both
+    eventually(lambda: not k.list("StatefulSet", ns) and not k.list("ConfigMap", ns, "sluice.dev/query"),
+               timeout=60, what="garbage collection of owned objects")
+
+
+def test_invalid_sql_and_missing_cluster(k: Kube, namespace: str, kafka: str,
+                                         operator: OperatorThread) -> None:
+    ns = namespace
+    k.create(cluster(ns, kafka))  # 'default' exists; 'later' does not yet
+    k.create(query(ns, "bad", "bad-out", sql="SELECT customer,\n  nope FROM orders"))
+    k.create(query(ns, "orphan", f"orphan-{uuid.uuid4().hex[:6]}", clusterRef={"name": "later"}))
+
+    st = eventually(lambda: status(k, ns, "bad").get("phase") == "Degraded" and status(k, ns, "bad"),
+                    what="the invalid query is Degraded")
+    err = st["lastCompileError"]
+    assert err["line"] == 2 and err["column"] is not None
+    assert condition(st, "Degraded")["reason"] == "CompileFailed"
+    assert "line 2" in condition(st, "Degraded")["message"]
+    assert k.list("StatefulSet", ns, "sluice.dev/query=bad") == []
+    assert k.list("ConfigMap", ns, "sluice.dev/query=bad") == []
+
+    st = eventually(lambda: condition(status(k, ns, "orphan"), "Degraded").get("reason") == "ClusterNotFound"
+                    and status(k, ns, "orphan"), what="the missing cluster is reported")
+    assert "later" in condition(st, "Degraded")["message"]
+    assert operator.thread.is_alive()
+    k.create(cluster(ns, kafka, name="later"))
+    eventually(settled(k, ns, "orphan", 1), timeout=60, what="the query proceeds once the cluster exists")
+    assert condition(status(k, ns, "orphan"), "Degraded")["status"] == "False"
+
+    # the API server itself refuses what the schema forbids, naming the field
+    bad = query(ns, "refused", "x", deletionPolicy="Sometimes")
+    with pytest.raises(Exception) as info:
+        k.create(bad)
+    assert "deletionPolicy" in str(info.value)
+
+
+def test_restart_mid_reconcile_and_conflicts(kube: Any, k: Kube, namespace: str, kafka: str,
+                                             crds: None) -> None:
+    ns = namespace
+    k.create(cluster(ns, kafka))
+    op = OperatorThread(kube, ns, "op-first")
+    eventually(op.ready.is_set, what="first operator running")
+    names = [f"q{i}" for i in range(4)]
+    for name in names:
+        k.create(query(ns, name, f"r-{name}-{uuid.uuid4().hex[:6]}"))
+    # stop as soon as the first write-ahead status appears: some queries are mid-reconcile
+    eventually(lambda: any(status(k, ns, n).get("rollout") or status(k, ns, n).get("plan") for n in names),
+               what="some reconcile started")
+    op.shutdown()
+    op2 = OperatorThread(kube, ns, "op-second")
+    try:
+        for name in names:
+            eventually(settled(k, ns, name, 1), timeout=60, what=f"{name} reconciled after restart")
+        for name in names:
+            for kind in WORKLOAD_KINDS:
+                assert len(k.list(kind, ns, f"sluice.dev/query={name}")) == 1, (name, kind)
+    finally:
+        op2.shutdown()
+
+
+def test_two_replicas_only_one_acts(kube: Any, k: Kube, namespace: str, kafka: str, crds: None) -> None:
+    ns = namespace
+    a = OperatorThread(kube, ns, "replica-a")
+    eventually(a.ready.is_set, what="replica a leads")
+    b = OperatorThread(kube, ns, "replica-b")
+    try:
+        k.create(cluster(ns, kafka))
+        k.create(query(ns, "one", f"one-{uuid.uuid4().hex[:6]}"))
+        eventually(settled(k, ns, "one", 1), timeout=60, what="the leader reconciles")
+        assert not b.ready.is_set(), "the second replica must not run handlers"
+        assert k.get("Lease", ns, "sluice-operator")["spec"]["holderIdentity"] == "replica-a"
+        a.shutdown()  # releases the lease: b takes over
+        eventually(b.ready.is_set, timeout=30, what="replica b takes over")
+        k.create(query(ns, "two", f"two-{uuid.uuid4().hex[:6]}"))
+        eventually(settled(k, ns, "two", 1), timeout=60, what="the new leader reconciles")
+        assert k.get("Lease", ns, "sluice-operator")["spec"]["holderIdentity"] == "replica-b"
+    finally:
+        a.stop.set()
+        b.shutdown()
+
+
+def test_kubectl_explain_and_printer_columns(kube: Any, namespace: str, crds: None) -> None:
+    kubectl = str(kube.bin_dir / "kubectl")
+
+    def explain() -> str | None:  # the OpenAPI document lags a few seconds behind Established
+        done = subprocess.run([kubectl, "explain", "sq.spec.deletionPolicy"], env=kube.env(),
+                              capture_output=True, text=True)
+        if done.returncode != 0:
+            raise RuntimeError(done.stderr)
+        return done.stdout
+
+    out = eventually(explain, timeout=30, what="kubectl explain works")
+    assert "Retain" in out and "Delete" in out
+    out = subprocess.run([kubectl, "get", "sq", "-n", namespace], env=kube.env(), capture_output=True,
+                         text=True)
+    assert out.returncode == 0

@@ -1,0 +1,218 @@
+"""The runtime as a process (``python -m sluice_runtime.cli run``), as a pod runs it: kill -9 in
+the middle of a stream and restart on the same checkpoint, graceful drain on SIGTERM, the HTTP
+endpoint, and ``sluice run`` on a manifest."""
+
+from __future__ import annotations
+
+import collections
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+from runtime_support import consume, create_topic, plan_from_yaml, produce, ts, unique
+
+pytestmark = pytest.mark.integration
+
+TOTAL = 3000
+
+
+def _spec(src: str, out: str, delivery: str) -> str:
+    return f"""\
+  shufflePartitions: 2
+  sources:
+    - name: orders
+      topic: {src}
+      maxOffsetsPerTrigger: 150
+      schema:
+        - {{name: order_id, type: string}}
+        - {{name: amount, type: double}}
+        - {{name: ts, type: timestamp}}
+  sql: SELECT order_id, amount FROM orders WHERE amount >= 0
+  sink: {{topic: {out}, delivery: {delivery}}}
+"""
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class Runtime:
+    def __init__(
+        self,
+        tmp: Path,
+        plan_path: Path,
+        checkpoint: Path,
+        kafka: str,
+        jars: list[Path],
+        query_id: str,
+        *extra: str,
+    ) -> None:
+        self.port = _free_port()
+        self.log = tmp / f"runtime-{time.monotonic_ns()}.log"
+        cmd = [
+            sys.executable,
+            "-m",
+            "sluice_runtime.cli",
+            "run",
+            "--plan",
+            str(plan_path),
+            "--checkpoint",
+            str(checkpoint),
+            "--bootstrap",
+            kafka,
+            "--query-id",
+            query_id,
+            "--jars",
+            ",".join(str(j) for j in jars),
+            "--http-addr",
+            f"127.0.0.1:{self.port}",
+            *extra,
+        ]
+        self.proc = subprocess.Popen(
+            cmd, stdout=self.log.open("wb"), stderr=subprocess.STDOUT, start_new_session=True
+        )
+
+    def get(self, path: str) -> tuple[int, str]:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.port}{path}", timeout=5) as r:
+                return r.status, r.read().decode()
+        except urllib.error.HTTPError as e:
+            return e.code, e.read().decode()
+
+    def wait(self, timeout: float = 300) -> int:
+        try:
+            return self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            pytest.fail(f"runtime did not exit in {timeout}s; log:\n{self.tail()}")
+
+    def kill(self) -> None:
+        """kill -9 of the whole runtime (Python driver and its JVM), as when a pod dies."""
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        self.proc.wait(30)
+
+    def tail(self) -> str:
+        return self.log.read_text(errors="replace")[-4000:]
+
+
+def _setup(kafka: str, tmp_path: Path, delivery: str) -> tuple[Path, str, list[str]]:
+    src, out = unique("orders"), unique("out")
+    create_topic(kafka, src, partitions=2)
+    create_topic(kafka, out)
+    ids = [f"o{i}" for i in range(TOTAL)]
+    produce(
+        kafka, src, [{"order_id": oid, "amount": float(i % 9), "ts": ts(i / 60)} for i, oid in enumerate(ids)]
+    )
+    plan_path = tmp_path / "plan.json"
+    plan_path.write_text(plan_from_yaml(_spec(src, out, delivery)).to_json())
+    return plan_path, out, ids
+
+
+def _wait_output(kafka: str, topic: str, at_least: int, rt: Runtime, timeout: float = 240) -> None:
+    from confluent_kafka import Consumer, TopicPartition
+
+    c = Consumer({"bootstrap.servers": kafka, "group.id": unique("w")})
+    deadline = time.monotonic() + timeout
+    try:
+        while time.monotonic() < deadline:
+            if rt.proc.poll() is not None:
+                pytest.fail(f"runtime exited early ({rt.proc.returncode}); log:\n{rt.tail()}")
+            _, high = c.get_watermark_offsets(TopicPartition(topic, 0), timeout=10)
+            if high >= at_least:
+                return
+            time.sleep(0.5)
+    finally:
+        c.close()
+    pytest.fail(f"no output on {topic} after {timeout}s; log:\n{rt.tail()}")
+
+
+@pytest.mark.parametrize("delivery", ["atLeastOnce", "exactlyOnce"])
+def test_kill_9_then_restart(kafka: str, spark_jars: list[Path], tmp_path: Path, delivery: str) -> None:
+    plan_path, out, ids = _setup(kafka, tmp_path, delivery)
+    ck, qid = tmp_path / "ck", unique("q")
+    rt = Runtime(tmp_path, plan_path, ck, kafka, spark_jars, qid)
+    _wait_output(kafka, out, 450, rt)
+    rt.kill()
+    again = Runtime(tmp_path, plan_path, ck, kafka, spark_jars, qid, "--available-now")
+    assert again.wait() == 0, again.tail()
+    got = [v for _, v, _ in consume(kafka, out, expect=TOTAL, committed_only=True)]
+    import json
+
+    seen = collections.Counter(json.loads(v)["order_id"] for v in got)
+    assert set(seen) == set(ids), "records lost"
+    if delivery == "exactlyOnce":
+        assert max(seen.values()) == 1, "duplicates with exactly-once"
+        assert len(got) == TOTAL
+
+
+def test_drain_on_sigterm(kafka: str, spark_jars: list[Path], tmp_path: Path) -> None:
+    from sluice_runtime.drain import last_commit, last_offsets
+
+    plan_path, out, ids = _setup(kafka, tmp_path, "atLeastOnce")
+    ck, qid = tmp_path / "ck", unique("q")
+    rt = Runtime(tmp_path, plan_path, ck, kafka, spark_jars, qid)
+    _wait_output(kafka, out, 450, rt)
+    assert rt.get("/healthz")[0] == 200
+    deadline = time.monotonic() + 60
+    while rt.get("/readyz")[0] != 200 and time.monotonic() < deadline:
+        time.sleep(1)
+    assert rt.get("/readyz") == (200, "ok\n")
+    code, metrics = rt.get("/metrics")
+    assert (
+        code == 200 and "sluice_last_committed_batch_id" in metrics and "sluice_kafka_lag_records" in metrics
+    )
+    rt.proc.send_signal(signal.SIGTERM)
+    assert rt.wait(180) == 0, rt.tail()
+    last = last_offsets(ck)
+    assert last is not None and last == last_commit(ck), "the last offsets/N has no commits/N"
+    before = len(consume(kafka, out, committed_only=False, expect=1))
+    again = Runtime(tmp_path, plan_path, ck, kafka, spark_jars, qid, "--available-now")
+    assert again.wait() == 0, again.tail()
+    import json
+
+    got = [json.loads(v)["order_id"] for _, v, _ in consume(kafka, out, committed_only=False, expect=TOTAL)]
+    seen = collections.Counter(got)
+    assert before < TOTAL, "drain came too late to test anything"
+    assert set(seen) == set(ids) and max(seen.values()) == 1, "a drained query reprocessed records"
+
+
+def test_sluice_run_manifest(kafka: str, spark_jars: list[Path], tmp_path: Path) -> None:
+    src, out = unique("orders"), unique("out")
+    create_topic(kafka, src)
+    produce(kafka, src, [{"order_id": f"o{i}", "amount": float(i), "ts": ts(i)} for i in range(10)])
+    manifest = tmp_path / "q.yaml"
+    manifest.write_text(
+        "apiVersion: sluice.dev/v1alpha1\nkind: StreamingQuery\nmetadata: {name: q, namespace: t}\nspec:\n"
+        + _spec(src, out, "atLeastOnce").replace("WHERE amount >= 0", "WHERE amount >= 5")
+    )
+    cmd = [
+        sys.executable,
+        "-m",
+        "sluice.commands.run",
+        str(manifest),
+        "--bootstrap",
+        kafka,
+        "--checkpoint",
+        str(tmp_path / "ck"),
+        "--available-now",
+        "--jars",
+        ",".join(str(j) for j in spark_jars),
+    ]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    import json
+
+    got = sorted(json.loads(v)["order_id"] for _, v, _ in consume(kafka, out, expect=5))
+    assert got == sorted(f"o{i}" for i in range(5, 10))

@@ -1,0 +1,228 @@
+"""Pure builders: the Kubernetes objects of one StreamingQuery."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from operator_fixtures import cluster_spec, context, query_spec
+from sluice import __version__
+from sluice.operator import builders
+from sluice.operator.builders.driver import spark_conf, termination_grace_seconds
+from sluice.operator.builders.rbac import EXECUTOR_RULES
+from sluice.operator.builders.storage import owner_patch
+
+H = "ab" * 32
+
+
+def all_objects(ctx: Any) -> list[dict[str, Any]]:
+    return [builders.plan_config_map(ctx, H, "{}"),
+            *builders.workload_objects(ctx, H, "totals-plan-abababababab")]
+
+
+def env_of(sts: dict[str, Any]) -> dict[str, Any]:
+    c = sts["spec"]["template"]["spec"]["containers"][0]
+    return {e["name"]: e.get("value", e.get("valueFrom")) for e in c["env"]}
+
+
+def test_every_object_is_namespaced_labelled_and_owned() -> None:
+    ctx = context(spec=query_spec(deletionPolicy="Delete"))
+    for obj in all_objects(ctx):
+        meta = obj["metadata"]
+        assert meta["namespace"] == "shop"
+        assert meta["labels"]["app.kubernetes.io/managed-by"] == "sluice-operator"
+        assert meta["labels"]["sluice.dev/query"] == "totals"
+        owners = meta["ownerReferences"]
+        assert owners == [{"apiVersion": "sluice.dev/v1alpha1", "kind": "StreamingQuery", "name": "totals",
+                           "uid": ctx.uid, "controller": True, "blockOwnerDeletion": True}]
+
+
+def test_retain_leaves_the_state_claim_unowned() -> None:
+    ctx = context()  # Retain is the default
+    claim = builders.state_claim(ctx)
+    assert "ownerReferences" not in claim["metadata"]
+    assert claim["metadata"]["annotations"]["sluice.dev/deletion-policy"] == "Retain"
+    others = [o for o in all_objects(ctx) if o["kind"] != "PersistentVolumeClaim"]
+    assert all(o["metadata"]["ownerReferences"] for o in others)
+    assert owner_patch(ctx)["metadata"]["ownerReferences"] == []
+    assert owner_patch(context(spec=query_spec(deletionPolicy="Delete")))["metadata"]["ownerReferences"]
+
+
+def test_plan_config_map_is_immutable_and_named_after_the_hash() -> None:
+    cm = builders.plan_config_map(context(), H, '{"steps": []}')
+    assert cm["immutable"] is True
+    assert cm["metadata"]["name"] == "totals-plan-abababababab"
+    assert cm["metadata"]["annotations"]["sluice.dev/plan-hash"] == H
+    assert cm["data"] == {"plan.json": '{"steps": []}'}
+
+
+def test_state_claim_uses_cluster_storage() -> None:
+    ctx = context(cluster=cluster_spec(storage={"storageClassName": "fast", "size": "5Gi",
+                                                "accessMode": "ReadWriteOncePod"}))
+    spec = builders.state_claim(ctx)["spec"]
+    assert spec == {"accessModes": ["ReadWriteOncePod"], "resources": {"requests": {"storage": "5Gi"}},
+                    "storageClassName": "fast"}
+    assert "storageClassName" not in builders.state_claim(context())["spec"]
+
+
+def test_driver_runs_the_runtime_on_the_pinned_plan() -> None:
+    ctx = context()
+    sts = builders.driver_statefulset(ctx, H, "totals-plan-abababababab")
+    assert sts["kind"] == "StatefulSet" and sts["spec"]["replicas"] == 1
+    pod = sts["spec"]["template"]["spec"]
+    c = pod["containers"][0]
+    assert c["command"] == ["sluice-runtime", "run"]
+    assert c["image"] == f"sluice-runtime:{__version__}"
+    env = env_of(sts)
+    assert env["SLUICE_PLAN"] == "/etc/sluice/plan/plan.json"
+    assert env["SLUICE_CHECKPOINT"] == "/var/lib/sluice/state/shop/shop/totals/v1"
+    assert env["SLUICE_BOOTSTRAP"] == "kafka:9092"
+    assert env["SLUICE_MASTER"] == "local[*]"
+    assert env["SLUICE_HTTP_ADDR"] == "$(POD_IP):8080"
+    assert env["POD_IP"] == {"fieldRef": {"fieldPath": "status.podIP"}}
+    names = [e["name"] for e in c["env"]]
+    assert names.index("POD_IP") < names.index("SLUICE_HTTP_ADDR")  # $(VAR) needs it defined first
+    assert env["SLUICE_QUERY_ID"].startswith("shop.shop.totals.01234567")
+    conf = json.loads(env["SLUICE_SPARK_CONF"])
+    assert conf["spark.local.dir"] == "/var/lib/sluice/spark-local"
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    assert volumes["plan"]["configMap"]["name"] == "totals-plan-abababababab"
+    assert volumes["state"]["persistentVolumeClaim"]["claimName"] == "totals-state"
+    mounts = {m["name"]: m["mountPath"] for m in c["volumeMounts"]}
+    assert env["SLUICE_CHECKPOINT"].startswith(mounts["state"] + "/")
+    assert mounts["plan"] == "/etc/sluice/plan"
+    assert sts["spec"]["template"]["metadata"]["annotations"]["sluice.dev/plan-hash"] == H
+
+
+def test_driver_probes_and_drain() -> None:
+    ctx = context(cluster=cluster_spec(drainSeconds=200))
+    sts = builders.driver_statefulset(ctx, H, "cm")
+    c = sts["spec"]["template"]["spec"]["containers"][0]
+    assert c["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "http"}
+    assert c["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "http"}
+    assert c["startupProbe"]["httpGet"]["path"] == "/healthz"
+    assert sts["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] == 230
+    assert termination_grace_seconds(ctx) > ctx.cluster.drain_seconds
+
+
+def test_driver_security_context_is_restricted() -> None:
+    sts = builders.driver_statefulset(context(), H, "cm")
+    pod = sts["spec"]["template"]["spec"]
+    sc = pod["containers"][0]["securityContext"]
+    assert sc["runAsNonRoot"] is True
+    assert sc["allowPrivilegeEscalation"] is False
+    assert sc["readOnlyRootFilesystem"] is True
+    assert sc["capabilities"] == {"drop": ["ALL"]}
+    assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    mounts = {m["mountPath"] for m in pod["containers"][0]["volumeMounts"]}
+    assert "/tmp" in mounts and "/var/lib/sluice/spark-local" in mounts
+    assert {v["name"] for v in pod["volumes"] if "emptyDir" in v} == {"tmp", "spark-local"}
+    assert pod["automountServiceAccountToken"] is False  # local mode needs no API access
+
+
+def test_suspend_scales_to_zero_and_nonce_rolls() -> None:
+    suspended = builders.driver_statefulset(context(spec=query_spec(suspend=True)), H, "cm")
+    assert suspended["spec"]["replicas"] == 0
+    a = builders.driver_statefulset(context(spec=query_spec(restartNonce="1")), H, "cm")
+    b = builders.driver_statefulset(context(spec=query_spec(restartNonce="2")), H, "cm")
+    assert a["spec"]["template"] != b["spec"]["template"]
+    assert a["spec"]["selector"] == b["spec"]["selector"]
+
+
+def test_plan_change_changes_the_pod_template_only() -> None:
+    a = builders.driver_statefulset(context(), H, "cm-a")
+    b = builders.driver_statefulset(context(), "cd" * 32, "cm-b")
+    assert a["spec"]["template"] != b["spec"]["template"]
+    for key in ("selector", "serviceName", "podManagementPolicy"):  # immutable fields
+        assert a["spec"][key] == b["spec"][key]
+
+
+def test_executors_use_spark_kubernetes_scheduler() -> None:
+    ctx = context(cluster=cluster_spec(executors=3, image="reg/sluice-runtime:9",
+                                       sparkConf={"spark.foo": "bar"}))
+    sts = builders.driver_statefulset(ctx, H, "cm")
+    env = env_of(sts)
+    assert env["SLUICE_MASTER"] == "k8s://https://kubernetes.default.svc"
+    conf = json.loads(env["SLUICE_SPARK_CONF"])
+    assert conf["spark.executor.instances"] == "3"
+    assert conf["spark.kubernetes.container.image"] == "reg/sluice-runtime:9"
+    assert conf["spark.kubernetes.authenticate.driver.serviceAccountName"] == "totals-spark"
+    assert conf["spark.kubernetes.driver.pod.name"] == "totals-driver-0"
+    assert conf["spark.driver.host"] == "totals-driver-0.totals-metrics.shop.svc"
+    assert conf["spark.foo"] == "bar"
+    assert conf["spark.executor.memory"] == "716m"
+    assert sts["spec"]["template"]["spec"]["automountServiceAccountToken"] is True
+
+
+def test_query_overrides_cluster_resources() -> None:
+    ctx = context(spec=query_spec(resources={"executors": 0, "driver": {"limits": {"cpu": "2"}}}),
+                  cluster=cluster_spec(executors=4))
+    assert ctx.executors == 0
+    c = builders.driver_statefulset(ctx, H, "cm")["spec"]["template"]["spec"]["containers"][0]
+    assert c["resources"]["limits"] == {"cpu": "2", "memory": "2Gi"}
+    assert "spark.executor.instances" not in spark_conf(ctx)
+
+
+def test_kafka_credentials_come_from_secrets() -> None:
+    ctx = context(cluster=cluster_spec(kafka={
+        "bootstrapServers": "k:9093",
+        "sasl": {"mechanism": "PLAIN", "usernameSecret": {"name": "kafka", "key": "user"},
+                 "passwordSecret": {"name": "kafka", "key": "pass"}},
+        "tls": {"caSecret": {"name": "ca", "key": "ca.crt"}},
+    }))
+    env = env_of(builders.driver_statefulset(ctx, H, "cm"))
+    assert env["SLUICE_KAFKA_SASL_PASSWORD"] == {"secretKeyRef": {"name": "kafka", "key": "pass"}}
+    assert env["SLUICE_KAFKA_TLS_CA"] == {"secretKeyRef": {"name": "ca", "key": "ca.crt"}}
+    assert "pass" not in json.dumps([e.get("value") for e in
+                                     builders.driver_statefulset(ctx, H, "cm")["spec"]["template"]["spec"]
+                                     ["containers"][0]["env"]])
+
+
+def test_service_is_headless_and_selects_the_driver() -> None:
+    ctx = context()
+    svc = builders.metrics_service(ctx)
+    sts = builders.driver_statefulset(ctx, H, "cm")
+    assert svc["spec"]["clusterIP"] == "None"
+    assert svc["spec"]["selector"] == sts["spec"]["selector"]["matchLabels"]
+    tmpl_labels = sts["spec"]["template"]["metadata"]["labels"]
+    assert all(tmpl_labels[k] == v for k, v in svc["spec"]["selector"].items())
+    assert sts["spec"]["serviceName"] == svc["metadata"]["name"]
+    assert {p["name"] for p in svc["spec"]["ports"]} == {"http", "driver-rpc", "blockmanager"}
+
+
+def test_rbac_allows_only_what_executors_need() -> None:
+    ctx = context()
+    role = builders.role(ctx)
+    resources = {r for rule in role["rules"] for r in rule["resources"]}
+    assert resources == {"pods", "services", "configmaps", "persistentvolumeclaims"}
+    assert all(rule["apiGroups"] == [""] for rule in role["rules"])
+    verbs = {v for rule in role["rules"] for v in rule["verbs"]}
+    assert "*" not in verbs and "escalate" not in verbs and "bind" not in verbs
+    binding = builders.role_binding(ctx)
+    assert binding["roleRef"]["name"] == role["metadata"]["name"]
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "totals-spark", "namespace": "shop"}]
+    sts = builders.driver_statefulset(ctx, H, "cm")
+    assert sts["spec"]["template"]["spec"]["serviceAccountName"] == "totals-spark"
+    assert role["rules"] is not EXECUTOR_RULES
+
+
+def test_pdb_selects_the_driver() -> None:
+    ctx = context()
+    pdb = builders.disruption_budget(ctx)
+    assert pdb["apiVersion"] == "policy/v1"
+    assert pdb["spec"]["selector"]["matchLabels"] == ctx.selector()
+    assert pdb["spec"]["maxUnavailable"] == 1
+
+
+@pytest.mark.parametrize("name", ["a" * 253, "Weird.Name.With.Dots"])
+def test_long_or_odd_query_names(name: str) -> None:
+    ctx = context(name=name)
+    for obj in all_objects(ctx):
+        assert len(obj["metadata"]["name"]) <= 63
+        assert all(len(v) <= 63 for v in obj["metadata"]["labels"].values())
+
+
+def test_builders_are_deterministic() -> None:
+    assert all_objects(context()) == all_objects(context())

@@ -1,0 +1,117 @@
+"""The CRDs in crds/ are generated from the pydantic models, structural, and useful to kubectl."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from sluice.crd.generate import crd_for, generated_files, openapi_schema
+from sluice.crd.querycluster import QueryCluster
+from sluice.crd.streamingquery import StreamingQuery, StreamingQuerySpec
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def walk(node: Any, path: str = "") -> list[tuple[str, dict[str, Any]]]:
+    out: list[tuple[str, dict[str, Any]]] = []
+    if isinstance(node, dict):
+        out.append((path, node))
+        for key, sub in node.get("properties", {}).items():
+            out += walk(sub, f"{path}.{key}")
+        if isinstance(node.get("items"), dict):
+            out += walk(node["items"], f"{path}[]")
+        if isinstance(node.get("additionalProperties"), dict):
+            out += walk(node["additionalProperties"], f"{path}{{}}")
+    return out
+
+
+@pytest.mark.parametrize("name", sorted(generated_files()))
+def test_committed_crds_match_the_models(name: str) -> None:
+    committed = REPO / "crds" / name
+    assert committed.is_file(), f"crds/{name} missing: run `sluice crds --output-dir crds`"
+    assert committed.read_text() == generated_files()[name], (
+        f"crds/{name} drifted from the models: run `sluice crds --output-dir crds`"
+    )
+
+
+@pytest.mark.parametrize("kind", [StreamingQuery, QueryCluster])
+def test_schema_is_structural(kind: Any) -> None:
+    root = crd_for(kind)["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+    text = yaml.safe_dump(root)
+    for forbidden in ("$ref", "anyOf", "oneOf", "allOf", "$defs", "const:", "title:"):
+        assert forbidden not in text, forbidden
+    for path, node in walk(root):
+        assert "type" in node or node.get("x-kubernetes-preserve-unknown-fields"), path
+        assert not ("properties" in node and "additionalProperties" in node), path
+        if "exclusiveMinimum" in node:
+            assert isinstance(node["exclusiveMinimum"], bool), path
+        if node.get("nullable"):
+            assert "default" not in node or node["default"] is not None, path
+
+
+@pytest.mark.parametrize("kind", [StreamingQuery, QueryCluster])
+def test_every_spec_field_has_a_description(kind: Any) -> None:
+    root = crd_for(kind)["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+    spec = root["properties"]["spec"]
+    missing = [p for p, node in walk(spec, "spec")
+               if p.count(".") == 1 and not p.endswith(("[]", "{}")) and not node.get("description")]
+    assert not missing, missing
+    assert root["description"]
+
+
+def test_preserve_unknown_fields_only_on_metadata() -> None:
+    for kind in (StreamingQuery, QueryCluster):
+        root = crd_for(kind)["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+        open_nodes = [p for p, n in walk(root) if n.get("x-kubernetes-preserve-unknown-fields")]
+        assert open_nodes == [], open_nodes
+
+
+def test_names_subresources_and_printer_columns() -> None:
+    sq = crd_for(StreamingQuery)["spec"]
+    assert sq["names"]["shortNames"] == ["sq"]
+    assert crd_for(QueryCluster)["spec"]["names"]["shortNames"] == ["qc"]
+    version = sq["versions"][0]
+    assert version["subresources"] == {"status": {}}
+    columns = {c["name"]: c["jsonPath"] for c in version["additionalPrinterColumns"]}
+    assert columns == {
+        "Phase": ".status.phase", "Plan": ".status.plan.hash", "Upgrade": ".status.lastUpgrade.decision",
+        "Ready": ".status.ready", "Age": ".metadata.creationTimestamp",
+    }
+
+
+def test_server_side_validation_rules() -> None:
+    spec = openapi_schema(StreamingQuerySpec)
+    props = spec["properties"]
+    assert props["deletionPolicy"]["enum"] == ["Retain", "Delete"]
+    assert props["deletionPolicy"]["default"] == "Retain"
+    assert props["sources"]["minItems"] == 1
+    assert props["sql"]["minLength"] == 1
+    assert props["shufflePartitions"]["minimum"] == 1
+    assert props["clusterRef"]["nullable"] is True
+    assert props["sink"]["properties"]["outputMode"]["enum"] == ["append", "update", "complete"]
+    assert "sql" in spec["required"] and "sink" in spec["required"]
+    qc = openapi_schema(QueryCluster.model_fields["spec"].annotation)  # type: ignore[arg-type]
+    assert qc["properties"]["serviceId"]["pattern"].startswith("^[a-z0-9]")
+    assert qc["properties"]["executors"]["minimum"] == 0
+    assert qc["properties"]["sparkConf"]["additionalProperties"] == {"type": "string"}
+    assert qc["properties"]["kafka"]["properties"]["sasl"]["properties"]["passwordSecret"]["required"] == [
+        "name", "key"]
+
+
+def test_conditions_are_a_map_list() -> None:
+    root = crd_for(StreamingQuery)["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+    status = root["properties"]["status"]
+    cond = status["properties"]["conditions"]
+    assert cond["x-kubernetes-list-type"] == "map"
+    assert cond["x-kubernetes-list-map-keys"] == ["type"]
+
+
+def test_crds_command_check_mode(tmp_path: Path) -> None:
+    from sluice.cli import main
+
+    assert main(["crds", "--output-dir", str(tmp_path)]) == 0
+    assert main(["crds", "--output-dir", str(tmp_path), "--check"]) == 0
+    (tmp_path / "streamingqueries.sluice.dev.yaml").write_text("stale")
+    assert main(["crds", "--output-dir", str(tmp_path), "--check"]) == 1

@@ -1,0 +1,101 @@
+"""The CRD models: what the operator accepts in StreamingQuery and QueryCluster objects."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+from operator_fixtures import cluster_spec, query_spec
+from pydantic import ValidationError
+from sluice.core.spec import QuerySpec
+from sluice.crd import QueryCluster, QueryClusterSpec, StreamingQuery, StreamingQuerySpec
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_example_manifest_parses() -> None:
+    doc = yaml.safe_load((REPO / "examples" / "revenue.yaml").read_text())
+    sq = StreamingQuery.model_validate(doc)
+    assert sq.spec.deletion_policy == "Retain"
+    assert sq.spec.suspend is False
+    assert sq.spec.cluster_ref is None
+    assert sq.status.phase is None
+
+
+def test_query_part_drops_operator_fields() -> None:
+    spec = StreamingQuerySpec.model_validate(query_spec(suspend=True, deletionPolicy="Delete",
+                                                        restartNonce="x", clusterRef={"name": "c"}))
+    query = spec.query()
+    assert isinstance(query, QuerySpec)
+    assert query.sql == spec.sql
+    assert query.sink == spec.sink
+    assert not hasattr(query, "suspend")
+
+
+def test_operator_fields_do_not_change_the_query() -> None:
+    a = StreamingQuerySpec.model_validate(query_spec()).query()
+    b = StreamingQuerySpec.model_validate(query_spec(suspend=True, restartNonce="2")).query()
+    assert a == b
+
+
+@pytest.mark.parametrize("bad", [
+    {"deletionPolicy": "Keep"},
+    {"unknownField": 1},
+    {"sql": ""},
+    {"sources": []},
+    {"resources": {"executors": -1}},
+    {"resources": {"driver": {"requests": {"cpu": "lots"}}}},
+])
+def test_invalid_query_specs(bad: dict) -> None:
+    with pytest.raises(ValidationError):
+        StreamingQuerySpec.model_validate(query_spec(**bad))
+
+
+def test_cluster_defaults() -> None:
+    qc = QueryClusterSpec.model_validate(cluster_spec())
+    assert qc.executors == 0
+    assert qc.image is None
+    assert qc.storage.size == "1Gi" and qc.storage.access_mode == "ReadWriteOnce"
+    assert qc.upgrade.allow_replace is True
+    assert qc.kafka.default_partitions == 1
+    assert qc.driver.requests is not None
+
+
+@pytest.mark.parametrize("bad", [
+    {"serviceId": "Shop_1"},
+    {"serviceId": ""},
+    {"kafka": {"bootstrapServers": ""}},
+    {"kafka": {"bootstrapServers": "k:9092", "sasl": {"mechanism": "PLAIN", "username": "inline"}}},
+    {"executors": -1},
+    {"storage": {"accessMode": "Sometimes"}},
+])
+def test_invalid_cluster_specs(bad: dict) -> None:
+    with pytest.raises(ValidationError):
+        QueryClusterSpec.model_validate(cluster_spec(**bad))
+
+
+def test_secrets_only_by_reference() -> None:
+    qc = QueryClusterSpec.model_validate(cluster_spec(kafka={
+        "bootstrapServers": "k:9093",
+        "sasl": {"mechanism": "SCRAM-SHA-512", "usernameSecret": {"name": "kafka", "key": "user"},
+                 "passwordSecret": {"name": "kafka", "key": "password"}},
+        "tls": {"caSecret": {"name": "kafka-ca", "key": "ca.crt"}},
+    }))
+    assert qc.kafka.sasl is not None and qc.kafka.sasl.password_secret.key == "password"
+
+
+def test_full_object_round_trip() -> None:
+    obj = {"apiVersion": "sluice.dev/v1alpha1", "kind": "QueryCluster",
+           "metadata": {"name": "default"}, "spec": cluster_spec()}
+    qc = QueryCluster.model_validate(obj)
+    dumped = qc.model_dump(by_alias=True, exclude_none=True)
+    assert dumped["spec"]["serviceId"] == "shop"
+    assert dumped["apiVersion"] == "sluice.dev/v1alpha1"
+
+
+def test_resources_merge() -> None:
+    spec = StreamingQuerySpec.model_validate(query_spec(resources={"driver": {"limits": {"memory": "4Gi"}}}))
+    qc = QueryClusterSpec.model_validate(cluster_spec())
+    merged = qc.driver.merged(spec.resources.driver if spec.resources else None)
+    assert merged.as_k8s() == {"requests": {"cpu": "500m", "memory": "1Gi"}, "limits": {"memory": "4Gi"}}
