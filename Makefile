@@ -32,6 +32,9 @@ demo: install
 platform-up: install
 	$(BIN)/sluice-dev platform up
 
+deploy: install
+	$(BIN)/sluice-dev deploy
+
 platform-down: install
 	$(BIN)/sluice-dev platform down
 

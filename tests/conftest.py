@@ -20,6 +20,9 @@ from sluice_dev.platform import common
 
 REPO = Path(__file__).resolve().parent.parent
 
+# Spark binds its driver to loopback in tests (not to the address the host name resolves to).
+os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+
 
 @pytest.fixture(scope="session")
 def platform_state(tmp_path_factory: pytest.TempPathFactory) -> Path:

@@ -17,9 +17,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     platform.add_argument("action", choices=["up", "down", "status"])
     platform.add_argument("--state-dir", type=Path, default=Path(".platform"))
     platform.add_argument("--no-nodeagent", action="store_true", help="do not start the node agent")
+    deploy = sub.add_parser("deploy", help="install the CRDs and start the operator on the platform")
+    deploy.add_argument("--state-dir", type=Path, default=Path(".platform"))
     args = parser.parse_args(argv)
     try:
-        if args.action == "up":
+        if args.command == "deploy":
+            orchestrate.deploy(args.state_dir)
+        elif args.action == "up":
             orchestrate.up(args.state_dir, with_nodeagent=not args.no_nodeagent)
         elif args.action == "down":
             orchestrate.down(args.state_dir)

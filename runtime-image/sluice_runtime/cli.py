@@ -22,6 +22,7 @@ flag                variable                default
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import os
 import signal
@@ -57,9 +58,19 @@ class ConfigError(ValueError):
 
 
 def parse_conf_items(items: Sequence[str]) -> dict[str, str]:
-    """``k=v`` items (each may itself hold several, comma or newline separated)."""
+    """``k=v`` items (each may itself hold several, comma or newline separated), or a JSON object
+    (what the operator puts in ``SLUICE_SPARK_CONF``: values may contain commas)."""
     out: dict[str, str] = {}
     for item in items:
+        if item.strip().startswith("{"):
+            try:
+                data = json.loads(item)
+            except ValueError as exc:
+                raise ConfigError(f"Spark settings are not valid JSON: {exc}") from exc
+            if not isinstance(data, dict):
+                raise ConfigError("Spark settings JSON must be an object of key: value")
+            out.update({str(k): str(v) for k, v in data.items()})
+            continue
         for part in item.replace("\n", ",").split(","):
             part = part.strip()
             if not part:

@@ -421,7 +421,11 @@ def test_liveness_failure_restarts_the_container_and_exit_codes_land_in_last_sta
                     "initialDelaySeconds": 1,
                 },
             },
-            {"name": "crasher", "image": "python:3.11", "command": ["sh", "-c", "sleep 0.5; exit 7"]},
+            {
+                "name": "crasher",
+                "image": "python:3.11",
+                "command": ["sh", "-c", "echo crashing; sleep 0.5; exit 7"],
+            },
         ],
         terminationGracePeriodSeconds=2,
     )
@@ -439,6 +443,13 @@ def test_liveness_failure_restarts_the_container_and_exit_codes_land_in_last_sta
     assert "liveness probe failed" in web.get("message", "")
     crasher = statuses["crasher"]["lastState"]["terminated"]
     assert crasher["exitCode"] == 7 and crasher["reason"] == "Error"
+    # `kubectl logs` goes API server -> the agent's kubelet API (serving cert issued through a CSR)
+    logs_path = f"/api/v1/namespaces/{namespace}/pods/flaky/log"
+    eventually(
+        lambda: agent.api.request_text(logs_path, container="crasher") == "crashing\n",
+        timeout=20,
+        what="kubectl logs shows the crasher's output",
+    )
     pod = agent.pod(namespace, "flaky")
     assert pod is not None and pod["status"]["phase"] == "Running"
 

@@ -185,6 +185,14 @@ def test_lifecycle_create_edit_suspend_resume(k: Kube, namespace: str, kafka: st
     assert k.get("StatefulSet", ns, "totals-driver")["metadata"]["resourceVersion"] == \
         sts["metadata"]["resourceVersion"]
 
+    # a QueryCluster change (image) reaches the driver through the cluster's fan-out
+    sq_gen = int(k.get("StreamingQuery", ns, "totals")["metadata"]["generation"])
+    k.patch("QueryCluster", ns, "default", {"spec": {"image": "registry.example/sluice-runtime:9"}})
+    eventually(lambda: k.get("StatefulSet", ns, "totals-driver")["spec"]["template"]["spec"]["containers"][0]
+               ["image"] == "registry.example/sluice-runtime:9", timeout=30, what="the new image is rolled out")
+    assert status(k, ns, "totals")["phase"] == "UpgradePending"  # the pending upgrade is still recorded
+    assert int(k.get("StreamingQuery", ns, "totals")["metadata"]["generation"]) == sq_gen
+
     # suspend / resume
     gen = edit(k, ns, "totals", {"sql": SQL, "suspend": True})
     st = eventually(settled(k, ns, "totals", gen), timeout=30, what="suspend")
@@ -253,22 +261,38 @@ def test_invalid_sql_and_missing_cluster(k: Kube, namespace: str, kafka: str,
 
 
 def test_restart_mid_reconcile_and_conflicts(kube: Any, k: Kube, namespace: str, kafka: str,
-                                             crds: None) -> None:
+                                             crds: None, monkeypatch: pytest.MonkeyPatch) -> None:
     ns = namespace
     k.create(cluster(ns, kafka))
+    # the first operator "dies" right before creating the driver: status already says Deploying,
+    # the plan ConfigMap and some objects exist, the StatefulSet does not
+    real_ensure = Kube.ensure
+
+    def crashing_ensure(self: Kube, obj: dict[str, Any], probe_first: bool = False) -> Any:
+        if obj["kind"] == "StatefulSet":
+            raise RuntimeError("simulated operator crash")
+        return real_ensure(self, obj, probe_first)
+
+    monkeypatch.setattr(Kube, "ensure", crashing_ensure)
     op = OperatorThread(kube, ns, "op-first")
     eventually(op.ready.is_set, what="first operator running")
-    names = [f"q{i}" for i in range(4)]
+    names = ["q0", "q1", "q2"]
     for name in names:
         k.create(query(ns, name, f"r-{name}-{uuid.uuid4().hex[:6]}"))
-    # stop as soon as the first write-ahead status appears: some queries are mid-reconcile
-    eventually(lambda: any(status(k, ns, n).get("rollout") or status(k, ns, n).get("plan") for n in names),
-               what="some reconcile started")
+    for name in names:
+        st = eventually(lambda n=name: (status(k, ns, n).get("rollout") or {}).get("step") == "Deploying"
+                        and k.list("PersistentVolumeClaim", ns, f"sluice.dev/query={n}") and status(k, ns, n),
+                        what=f"{name} is mid-reconcile")
+        assert "plan" not in st
+        assert k.list("StatefulSet", ns, f"sluice.dev/query={name}") == []
     op.shutdown()
+    monkeypatch.setattr(Kube, "ensure", real_ensure)
+
     op2 = OperatorThread(kube, ns, "op-second")
     try:
         for name in names:
-            eventually(settled(k, ns, name, 1), timeout=60, what=f"{name} reconciled after restart")
+            st = eventually(settled(k, ns, name, 1), timeout=60, what=f"{name} reconciled after restart")
+            assert "rollout" not in st
         for name in names:
             for kind in WORKLOAD_KINDS:
                 assert len(k.list(kind, ns, f"sluice.dev/query={name}")) == 1, (name, kind)

@@ -434,12 +434,38 @@ def run_pair(spark: Any, bootstrap: str, path: Path, work: Path) -> Outcome:
             same = got in (table(hand_off, key, base), table(backfill, key, base))
         out.spark = "accepts-same-as-replace" if same else "silent-wrong-result"
         if not same:
-            out.detail = (
-                f"in place {sorted(multiset(second).items())[:3]}; "
-                f"hand-off {sorted(multiset(hand_off).items())[:3]}"
-            )
+            out.detail = _difference(compare, key, first, second, hand_off, backfill)
     out.seconds = time.time() - started
     return out
+
+
+def _show(row: dict[str, Any] | None) -> str:
+    if row is None:
+        return "absent"
+    return ", ".join(f"{k}={v}" for k, v in row.items())
+
+
+def _difference(
+    compare: str,
+    key: list[str],
+    first: list[Row],
+    second: list[Row],
+    hand_off: list[Row],
+    backfill: list[Row],
+) -> str:
+    """One short sentence: where the in-place output differs from both replace outcomes."""
+    if compare == "rows":
+        return (
+            f"in place emitted {len(second)} records after the restart; a replace emits {len(hand_off)} "
+            f"(hand-off) or {len(backfill)} (backfill), with different contents"
+        )
+    base = table(first, key)
+    got, ho, bf = table(second, key, base), table(hand_off, key, base), table(backfill, key, base)
+    for k in sorted(set(got) | set(ho) | set(bf), key=repr):
+        g, h, b = got.get(k), ho.get(k), bf.get(k)
+        if g != h and g != b:
+            return f"in place {_show(g)}; hand-off {_show(h)}; backfill {_show(b)}"
+    return "tables differ from both replace outcomes"
 
 
 def create_session(jars: list[Path]) -> Any:

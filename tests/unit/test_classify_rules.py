@@ -6,6 +6,8 @@ import json
 
 import pytest
 from classify_plans import ORDERS, agg_plan, join_plan, plan, sink, source, stateless_plan
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from sluice.core.classify import SEVERITY, classify
 from sluice.core.classify.model import DECISION_FOR
 from sluice.core.plan.model import Plan
@@ -208,3 +210,28 @@ def test_json_shape() -> None:
     data = json.loads(json.dumps(d.to_json_dict()))
     assert set(data) == {"category", "decision", "reasons", "changes"}
     assert set(data["changes"][0]) == {"category", "step", "field", "old", "new", "message"}
+
+
+_MUTATIONS = {
+    "trigger": ({"trigger": {"processingTime": "7 seconds"}}, "transparent"),
+    "where": ({"where": "amount > 3"}, "data-selection"),
+    "having": ({"having": "v > 3"}, "data-selection"),
+    "group": ({"group": "region"}, "topology"),
+    "function": ({"fn": "max", "arg": "amount"}, "topology"),
+    "mode": ({"mode": "complete"}, "topology"),
+}
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.sets(st.sampled_from(sorted(_MUTATIONS)), min_size=1))
+def test_combined_changes_most_severe_wins(names: set[str]) -> None:
+    base = {"where": "amount > 1", "having": "v > 1"}
+    kwargs: dict[str, object] = dict(base)
+    for n in names:
+        kwargs.update(_MUTATIONS[n][0])
+    d = classify(agg_plan(**base), agg_plan(**kwargs))  # type: ignore[arg-type]
+    expected = max((_MUTATIONS[n][1] for n in names), key=SEVERITY.index)
+    assert d.category == expected, d.reasons
+    assert d.decision == DECISION_FOR[expected]
+    # every mutation shows up as at least one change
+    assert len(d.changes) >= len(names)

@@ -337,3 +337,41 @@ def test_driver_readiness_updates_ready_condition(world: Any) -> None:
     sts = kube.objects[("StatefulSet", "shop", "totals-driver")]
     sts["status"] = {"observedGeneration": 1, "readyReplicas": 1, "updatedReplicas": 1}
     assert reconcile_query(env, current(kube)) == "Running"
+
+
+def test_service_id_is_pinned_at_creation(world: Any) -> None:
+    env, kube, _ = world
+    add_query(kube)
+    reconcile_query(env, current(kube))
+    assert current(kube)["status"]["identity"]["serviceId"] == "shop"
+    checkpoint = current(kube)["status"]["identity"]["checkpointPath"]
+    kube.objects[("QueryCluster", "shop", "default")]["spec"]["serviceId"] = "renamed"
+    reconcile_query(env, current(kube))
+    sts = kube.of_kind("StatefulSet")[0]
+    env_vars = {e["name"]: e.get("value") for e in sts["spec"]["template"]["spec"]["containers"][0]["env"]}
+    assert env_vars["SLUICE_CHECKPOINT"] == checkpoint
+    assert current(kube)["status"]["identity"]["serviceId"] == "shop"
+
+
+def test_cluster_changes_reach_the_driver(world: Any) -> None:
+    env, kube, _ = world
+    add_query(kube)
+    reconcile_query(env, current(kube))
+    kube.objects[("QueryCluster", "shop", "default")]["spec"]["image"] = "registry/sluice-runtime:2"
+    reconcile_query(env, current(kube))
+    sts = kube.of_kind("StatefulSet")[0]
+    assert sts["spec"]["template"]["spec"]["containers"][0]["image"] == "registry/sluice-runtime:2"
+
+
+def test_cluster_change_pokes_its_queries_once(world: Any) -> None:
+    from sluice.operator.reconcile import CLUSTER_REVISION, poke_queries_of_cluster
+
+    env, kube, _ = world
+    add_query(kube, "a")
+    add_query(kube, "b", clusterRef={"name": "other"})
+    qc = copy.deepcopy(kube.objects[("QueryCluster", "shop", "default")])
+    qc["metadata"].update(uid="abcdef123456", generation=2)
+    assert poke_queries_of_cluster(env, qc) == 1
+    assert current(kube, "a")["metadata"]["annotations"][CLUSTER_REVISION] == "abcdef12-2"
+    assert "annotations" not in current(kube, "b")["metadata"]
+    assert poke_queries_of_cluster(env, qc) == 0

@@ -98,6 +98,19 @@ class Api:
             raise ApiError(resp.status, text, method, path)
         return json.loads(text) if text else {}
 
+    def request_text(self, path: str, **query: Any) -> str:
+        """GET a plain-text resource (e.g. a pod's ``/log``)."""
+        resp = self._pool.request(
+            "GET",
+            self._url(path, query or None),
+            headers={**self._headers, "Accept": "*/*"},
+            timeout=urllib3.Timeout(connect=5.0, read=30.0),
+        )
+        text = resp.data.decode("utf-8", "replace")
+        if resp.status >= 300:
+            raise ApiError(resp.status, text, "GET", path)
+        return text
+
     def get(self, path: str, **query: Any) -> Obj:
         return self.request("GET", path, query=query or None)
 

@@ -42,10 +42,8 @@ def node_status(capacity: dict[str, str], kubelet_port: int, now: float, since: 
         "capacity": dict(capacity),
         "allocatable": dict(capacity),
         "conditions": conditions(now, since),
-        "addresses": [
-            {"type": "InternalIP", "address": "127.0.0.1"},
-            {"type": "Hostname", "address": platform.node() or "localhost"},
-        ],
+        "addresses": [{"type": "InternalIP", "address": "127.0.0.1"}],  # no Hostname: the API server
+        # prefers it for node connections (kubectl logs), and it must reach 127.0.0.1
         "daemonEndpoints": {"kubeletEndpoint": {"Port": kubelet_port}},
         "nodeInfo": {
             "machineID": "",

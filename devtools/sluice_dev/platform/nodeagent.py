@@ -7,16 +7,28 @@ Thin wrapper around ``python -m sluice_dev.nodeagent``: state, pid file and log 
 from __future__ import annotations
 
 import json
+import os
 import sys
 import urllib.request
 from pathlib import Path
 
 from sluice_dev.nodeagent.kubeapi import Api
+from sluice_dev.platform import sparkjars
 from sluice_dev.platform.common import PlatformError, Started, free_port, spawn, stop_pid, wait_until
 
 COMPONENT = "nodeagent"
 NODE_NAME = "sluice-local"
 START_TIMEOUT = 60.0
+
+
+def image_env() -> dict[str, str]:
+    """What the runtime image provides, emulated on this machine: its programs on PATH (the
+    project's venv) and the Spark Kafka connector jars (cached from Maven Central)."""
+    venv_bin = str(Path(sys.executable).parent)
+    return {
+        "PATH": f"{venv_bin}:{os.environ.get('PATH', '/usr/local/bin:/usr/bin:/bin')}",
+        "SLUICE_JARS": ",".join(str(p) for p in sparkjars.jar_paths()),
+    }
 
 
 def agent_dir(state_dir: Path) -> Path:
@@ -50,6 +62,7 @@ def start(
         ],
         log_path=log_path,
         pid_path=directory / "nodeagent.pid",
+        env=image_env(),
     )
 
     def ready() -> bool:

@@ -104,13 +104,7 @@ def up(state_dir: Path, log: Callable[[str], None] = print, with_nodeagent: bool
             "probe": _probe_endpoint(name, started),
         }
         _save_state(state_dir, state)
-    env: dict[str, str] = {}
-    bin_dirs: list[str] = []
-    for entry in state.values():
-        env.update(entry.get("env", {}))
-        if entry.get("info", {}).get("bin_dir"):
-            bin_dirs.append(entry["info"]["bin_dir"])
-    env_path = write_env(state_dir, env, bin_dirs)
+    env_path = _write_state_env(state_dir, state)
     log(f"platform up in {time.monotonic() - t0:.1f}s")
     log(f"environment: source {env_path}")
     for name, entry in state.items():
@@ -119,9 +113,48 @@ def up(state_dir: Path, log: Callable[[str], None] = print, with_nodeagent: bool
     return state
 
 
+def _write_state_env(state_dir: Path, state: dict[str, Any]) -> Path:
+    env: dict[str, str] = {}
+    bin_dirs: list[str] = []
+    for entry in state.values():
+        env.update(entry.get("env", {}))
+        if entry.get("info", {}).get("bin_dir"):
+            bin_dirs.append(entry["info"]["bin_dir"])
+    return write_env(state_dir, env, bin_dirs)
+
+
+def deploy(state_dir: Path, log: Callable[[str], None] = print) -> dict[str, Any]:
+    """Install the CRDs and (re)start the operator against a running platform."""
+    from sluice_dev.platform import operator
+
+    state_dir = state_dir.resolve()
+    state = _load_state(state_dir)
+    if "kube" not in state or not _healthy("kube", state["kube"]):
+        raise common.PlatformError("operator", "the platform is not running: run `make platform-up` first")
+    kubeconfig = Path(state["kube"]["env"]["KUBECONFIG"])
+    kubectl = Path(state["kube"]["info"]["bin_dir"]) / "kubectl"
+    started = operator.start(state_dir, kubeconfig, kubectl)
+    state["operator"] = {
+        "env": {"SLUICE_OPERATOR_METRICS": started.info["metrics"],
+                "SLUICE_OPERATOR_LOG": str(started.logs[0])},
+        "info": started.info,
+        "logs": [str(p) for p in started.logs],
+        "probe": started.info["probe"],
+    }
+    _save_state(state_dir, state)
+    env_path = _write_state_env(state_dir, state)
+    log(f"CRDs installed; operator running (log: {started.logs[0]}, metrics: {started.info['metrics']})")
+    log(f"environment: source {env_path}")
+    return state
+
+
 def down(state_dir: Path, log: Callable[[str], None] = print) -> None:
     """Stop every component (idempotent); logs stay for inspection."""
     state_dir = state_dir.resolve()
+    from sluice_dev.platform import operator
+
+    operator.stop(state_dir)
+    log("operator: stopped")
     for name in reversed(SERVICES):
         try:
             module = _module(name)

@@ -118,6 +118,7 @@ class Rollout(StatusModel):
 
 
 class QueryIdentity(StatusModel):
+    service_id: str | None = Field(default=None, description="QueryCluster serviceId pinned at creation.")
     query_id: str
     consumer_group: str
     transactional_id: str

@@ -14,14 +14,19 @@ SQ = (GROUP, VERSION, "streamingqueries")
 QC = (GROUP, VERSION, "queryclusters")
 MANAGED = {"app.kubernetes.io/managed-by": "sluice-operator", "app.kubernetes.io/component": "driver"}
 FINALIZER = "sluice.dev/finalizer"
+KOPF_PREFIX = f"kopf.{GROUP}"
 
 
 def configure_settings(settings: kopf.OperatorSettings) -> None:
-    """Progress and diff-base in annotations under sluice.dev (the status schema is ours)."""
+    """kopf's progress and diff-base live in ``kopf.sluice.dev/*`` annotations, not in status.
+
+    (Not under ``sluice.dev/``: kopf leaves every annotation under its prefix out of the object's
+    essence, and ``sluice.dev/cluster-revision`` must count as a change.)
+    """
     settings.persistence.finalizer = FINALIZER
-    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=GROUP)
+    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=KOPF_PREFIX)
     settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
-        prefix=GROUP, key="last-handled-configuration"
+        prefix=KOPF_PREFIX, key="last-handled-configuration"
     )
     settings.posting.level = logging.WARNING
     settings.watching.server_timeout = 300
@@ -40,14 +45,17 @@ def build_registry(login: Any = None) -> kopf.OperatorRegistry:
     if login is not None:
         kopf.on.login(registry=registry)(login)
 
-    kopf.on.create(*SQ, registry=registry, id="reconcile-create")(query_reconcile.handle)
-    kopf.on.update(*SQ, registry=registry, id="reconcile-update", field="spec")(query_reconcile.handle)
-    kopf.on.resume(*SQ, registry=registry, id="reconcile-resume")(query_reconcile.handle)
-    kopf.on.delete(*SQ, registry=registry, id="finalize")(query_delete.handle)
+    kopf.on.create(*SQ, registry=registry, id="reconcile-create", backoff=10)(query_reconcile.handle)
+    # spec edits, and the cluster-revision annotation a QueryCluster change sets (see cluster.fan_out)
+    kopf.on.update(*SQ, registry=registry, id="reconcile-update", backoff=10)(query_reconcile.handle)
+    kopf.on.resume(*SQ, registry=registry, id="reconcile-resume", backoff=10)(query_reconcile.handle)
+    kopf.on.delete(*SQ, registry=registry, id="finalize", backoff=5)(query_delete.handle)
     kopf.on.event("apps", "v1", "statefulsets", registry=registry, id="driver-readiness",
                   labels=MANAGED)(query_driver.handle)  # type: ignore[arg-type]
 
     kopf.on.create(*QC, registry=registry, id="cluster-create")(cluster.handle)
     kopf.on.update(*QC, registry=registry, id="cluster-update", field="spec")(cluster.handle)
     kopf.on.resume(*QC, registry=registry, id="cluster-resume")(cluster.handle)
+    kopf.on.create(*QC, registry=registry, id="cluster-fan-out-create")(cluster.fan_out)
+    kopf.on.update(*QC, registry=registry, id="cluster-fan-out-update", field="spec")(cluster.fan_out)
     return registry

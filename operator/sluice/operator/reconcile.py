@@ -237,6 +237,13 @@ def reconcile_query(env: Env, body: dict[str, Any], retry: int = 0) -> str:
     plan_json = plan.to_json()
 
     pinned = run.status.get("plan")
+    pinned_service = (run.status.get("identity") or {}).get("serviceId")
+    if pinned_service and pinned_service != cluster.service_id:
+        # identity is pinned at creation: a changed serviceId must not move a running query's
+        # consumer group, transactional id and checkpoint (that would silently drop its state)
+        log.warning("%s/%s keeps serviceId %r (cluster now says %r)", run.ns, run.name, pinned_service,
+                    cluster.service_id)
+        cluster = cluster.model_copy(update={"service_id": pinned_service})
     ctx = QueryContext(namespace=run.ns, name=run.name, uid=meta["uid"], spec=spec, cluster=cluster,
                        plan_version=int((pinned or {}).get("version") or 1))
 
@@ -295,6 +302,7 @@ def reconcile_query(env: Env, body: dict[str, Any], retry: int = 0) -> str:
 def _identity_status(ctx: QueryContext) -> dict[str, Any]:
     ident = ctx.identity
     return {
+        "serviceId": ident.service_id,
         "queryId": ident.query_id,
         "consumerGroup": ident.consumer_group,
         "transactionalId": ident.transactional_id,
@@ -529,6 +537,36 @@ def delete_query(env: Env, body: dict[str, Any], retry: int, runtime_seconds: fl
 # --------------------------------------------------------------------------------------------
 # QueryCluster
 # --------------------------------------------------------------------------------------------
+
+
+CLUSTER_REVISION = "sluice.dev/cluster-revision"
+
+
+def poke_queries_of_cluster(env: Env, body: dict[str, Any]) -> int:
+    """Annotate the cluster's queries with its revision so kopf reconciles each (one at a time).
+
+    The annotation changes the queries' metadata, which fires their update handler through
+    kopf's per-object queue, so the fan-out never races a reconcile already running.
+    """
+    meta = body["metadata"]
+    ns, name = meta["namespace"], meta["name"]
+    revision = f"{str(meta.get('uid', ''))[:8]}-{meta.get('generation')}"
+    poked = 0
+    for sq in env.kube.list("StreamingQuery", ns):
+        ref = ((sq.get("spec") or {}).get("clusterRef") or {}).get("name") or DEFAULT_CLUSTER
+        annotations = sq["metadata"].get("annotations") or {}
+        if ref != name or annotations.get(CLUSTER_REVISION) == revision:
+            continue
+        if sq["metadata"].get("deletionTimestamp"):
+            continue
+        try:
+            env.kube.patch("StreamingQuery", ns, sq["metadata"]["name"],
+                           {"metadata": {"annotations": {CLUSTER_REVISION: revision}}})
+            poked += 1
+        except KubeError as exc:
+            if exc.status != 404:
+                raise
+    return poked
 
 
 def reconcile_cluster(env: Env, body: dict[str, Any], retry: int = 0) -> str:

@@ -75,6 +75,8 @@ def driver_env(ctx: QueryContext) -> list[dict[str, Any]]:
     env: list[dict[str, Any]] = [
         {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
         {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+        # Spark binds and advertises the pod IP, never whatever interface the hostname maps to
+        {"name": "SPARK_LOCAL_IP", "value": "$(POD_IP)"},
         {"name": "SLUICE_PLAN", "value": f"{PLAN_MOUNT}/{PLAN_FILE}"},
         {"name": "SLUICE_CHECKPOINT", "value": ident.checkpoint_path},
         {"name": "SLUICE_BOOTSTRAP", "value": ctx.cluster.kafka.bootstrap_servers},

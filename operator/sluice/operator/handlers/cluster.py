@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from sluice.operator.handlers._common import as_dict, env, kopf_errors
-from sluice.operator.reconcile import reconcile_cluster
+from sluice.operator.reconcile import poke_queries_of_cluster, reconcile_cluster
 
 
 def handle(body: Any, retry: int, logger: Any = None, **_: Any) -> None:
@@ -13,3 +13,11 @@ def handle(body: Any, retry: int, logger: Any = None, **_: Any) -> None:
         phase = reconcile_cluster(env(), as_dict(body), retry=retry)
     if logger is not None:
         logger.info(f"reconciled: phase {phase}")
+
+
+def fan_out(body: Any, logger: Any = None, **_: Any) -> None:
+    """Created or changed: let every query of this cluster reconcile (image, Spark settings, ...)."""
+    with kopf_errors("QueryCluster", "fan-out"):
+        poked = poke_queries_of_cluster(env(), as_dict(body))
+    if logger is not None and poked:
+        logger.info(f"asked {poked} queries to reconcile")

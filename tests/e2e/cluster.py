@@ -1,0 +1,98 @@
+"""What the end-to-end tests need from a cluster, for the local platform and for kind.
+
+``E2E_CLUSTER`` unset (or ``local``): the tests start the local platform themselves (real Kafka,
+real control plane, the node agent that runs pods as processes) and run the operator as a local
+process. ``E2E_CLUSTER=kind``: the tests use the current ``KUBECONFIG`` (a kind cluster with the
+runtime image loaded and the operator installed from ``charts/sluice``) and a Kafka broker at
+``E2E_KAFKA_BOOTSTRAP`` reachable both from the pods and from the test process (see
+docs/e2e.md).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+
+@dataclass
+class E2ECluster:
+    kubeconfig: Path
+    kubectl_bin: Path
+    bootstrap: str
+    kind: str = "local"
+    cleanup: list[Callable[[], None]] = field(default_factory=list)
+
+    # -- kubectl ---------------------------------------------------------------------------------
+    def kubectl(self, *args: str, stdin: str | None = None, check: bool = True) -> str:
+        result = subprocess.run(
+            [str(self.kubectl_bin), *args], input=stdin, capture_output=True, text=True, check=False,
+            env={**os.environ, "KUBECONFIG": str(self.kubeconfig)}, timeout=120,
+        )
+        if check and result.returncode != 0:
+            raise AssertionError(f"kubectl {' '.join(args)} failed: {result.stderr.strip()}")
+        return result.stdout
+
+    def apply(self, *docs: dict[str, Any]) -> None:
+        self.kubectl("apply", "-f", "-", stdin=yaml.safe_dump_all(docs))
+
+    def get(self, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
+        out = self.kubectl("get", kind, name, "-n", namespace, "-o", "json", check=False)
+        return json.loads(out) if out.strip() else None
+
+    def wait_for(self, what: str, check: Callable[[], Any], timeout: float = 240.0) -> Any:
+        deadline = time.monotonic() + timeout
+        last: Any = None
+        while time.monotonic() < deadline:
+            last = check()
+            if last:
+                return last
+            time.sleep(1.0)
+        raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what} (last: {last!r})")
+
+    def query_condition(self, namespace: str, name: str, cond: str) -> str | None:
+        obj = self.get("streamingquery", namespace, name)
+        for c in ((obj or {}).get("status") or {}).get("conditions", []):
+            if c["type"] == cond:
+                return str(c["status"])
+        return None
+
+    def driver_pod(self, namespace: str, query: str) -> dict[str, Any] | None:
+        out = self.kubectl("get", "pods", "-n", namespace, "-l", f"sluice.dev/query={query}",
+                           "-l", "app.kubernetes.io/component=driver", "-o", "json", check=False)
+        items = json.loads(out).get("items", []) if out.strip() else []
+        return items[0] if items else None
+
+    def kill_driver(self, namespace: str, query: str) -> str:
+        """kill -9 the driver's runtime process; returns the pod uid it killed in."""
+        pod = self.driver_pod(namespace, query)
+        assert pod is not None, "no driver pod"
+        if self.kind == "kind":
+            self.kubectl("exec", "-n", namespace, pod["metadata"]["name"], "--",
+                         "sh", "-c", "kill -9 $(pgrep -f sluice-runtime | head -1)")
+        else:
+            status = pod["status"]["containerStatuses"][0]
+            pid = int(status["containerID"].removeprefix("sluice://"))
+            os.killpg(pid, signal.SIGKILL)
+        return str(pod["metadata"]["uid"])
+
+    def restart_count(self, namespace: str, query: str) -> int:
+        pod = self.driver_pod(namespace, query)
+        if not pod:
+            return -1
+        statuses = pod.get("status", {}).get("containerStatuses") or []
+        return int(statuses[0].get("restartCount", 0)) if statuses else -1
+
+    def new_namespace(self) -> str:
+        name = f"e2e-{uuid.uuid4().hex[:8]}"
+        self.kubectl("create", "namespace", name)
+        return name

@@ -1,0 +1,42 @@
+"""End-to-end fixtures: the operator and the node agent on the real platform (or kind)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from cluster import E2ECluster
+from sluice_dev.platform import common
+
+
+@pytest.fixture(scope="package")
+def cluster(request: pytest.FixtureRequest) -> Iterator[E2ECluster]:
+    """A cluster with the operator running; package-scoped so it stops before other suites."""
+    if os.environ.get("E2E_CLUSTER", "local") == "kind":
+        yield E2ECluster(
+            kubeconfig=Path(os.environ.get("KUBECONFIG", str(Path.home() / ".kube" / "config"))),
+            kubectl_bin=Path(os.environ.get("KUBECTL", "kubectl")),
+            bootstrap=os.environ["E2E_KAFKA_BOOTSTRAP"],
+            kind="kind",
+        )
+        return
+    from sluice_dev.platform import nodeagent, operator
+
+    kube = request.getfixturevalue("kube")
+    bootstrap = request.getfixturevalue("kafka")
+    state: Path = request.getfixturevalue("platform_state")
+    kubectl = kube.bin_dir / "kubectl"
+    try:
+        nodeagent.start(state, kube.kubeconfig)
+        operator.start(state, kube.kubeconfig, kubectl)
+    except common.PlatformError as exc:
+        operator.stop(state)
+        nodeagent.stop(state)
+        pytest.fail(str(exc), pytrace=False)
+    try:
+        yield E2ECluster(kubeconfig=kube.kubeconfig, kubectl_bin=kubectl, bootstrap=bootstrap)
+    finally:
+        operator.stop(state)
+        nodeagent.stop(state)

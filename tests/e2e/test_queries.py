@@ -1,0 +1,254 @@
+"""End to end: manifests applied with kubectl, records through Kafka, results out of Kafka.
+
+The operator compiles and pins the plan, the driver pod runs the runtime (a process under the
+node agent locally, a container under kind), and the test checks the output topic against
+results computed here.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections import Counter
+from datetime import datetime
+from typing import Any
+
+import pytest
+from cluster import E2ECluster
+from confluent_kafka import Consumer, Producer
+from confluent_kafka.admin import AdminClient, NewTopic
+
+pytestmark = pytest.mark.e2e
+
+READY_TIMEOUT = 300.0
+
+
+def create_topics(bootstrap: str, *names: str, partitions: int = 2) -> None:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    for future in admin.create_topics(
+        [NewTopic(n, num_partitions=partitions, replication_factor=1) for n in names]
+    ).values():
+        future.result(30)
+
+
+def produce(bootstrap: str, topic: str, rows: list[dict[str, Any]], key: str | None = None) -> None:
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
+    for row in rows:
+        producer.produce(topic, key=str(row[key]) if key else None, value=json.dumps(row))
+    producer.flush(30)
+
+
+def consume(bootstrap: str, topic: str, want: int, timeout: float, committed: bool = False) -> list[Any]:
+    consumer = Consumer({
+        "bootstrap.servers": bootstrap, "group.id": f"e2e-{uuid.uuid4().hex}",
+        "auto.offset.reset": "earliest", "enable.auto.commit": False,
+        "isolation.level": "read_committed" if committed else "read_uncommitted",
+    })
+    consumer.subscribe([topic])
+    out: list[Any] = []
+    deadline = time.monotonic() + timeout
+    try:
+        while time.monotonic() < deadline and len(out) < want:
+            msg = consumer.poll(1.0)
+            if msg is None or msg.error():
+                continue
+            out.append(json.loads(msg.value()))
+        # a little longer, to see records that should not be there
+        settle = time.monotonic() + 3
+        while time.monotonic() < settle:
+            msg = consumer.poll(0.5)
+            if msg is not None and not msg.error():
+                out.append(json.loads(msg.value()))
+    finally:
+        consumer.close()
+    return out
+
+
+def cluster_doc(ns: str, bootstrap: str, service_id: str = "e2e") -> dict[str, Any]:
+    return {
+        "apiVersion": "sluice.dev/v1alpha1", "kind": "QueryCluster",
+        "metadata": {"name": "default", "namespace": ns},
+        "spec": {"serviceId": service_id, "kafka": {"bootstrapServers": bootstrap},
+                 "driver": {"requests": {"cpu": "100m", "memory": "512Mi"}},
+                 "sparkConf": {"spark.driver.memory": "768m"}},
+    }
+
+
+def query_doc(ns: str, name: str, spec: dict[str, Any]) -> dict[str, Any]:
+    return {"apiVersion": "sluice.dev/v1alpha1", "kind": "StreamingQuery",
+            "metadata": {"name": name, "namespace": ns}, "spec": spec}
+
+
+def ts(second: int) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(1_700_000_000 + second)) + "Z"
+
+
+@pytest.fixture
+def ns(cluster: E2ECluster) -> Any:
+    name = cluster.new_namespace()
+    yield name
+    cluster.kubectl("delete", "streamingqueries", "--all", "-n", name, "--wait=true", "--timeout=120s",
+                    check=False)
+    cluster.kubectl("delete", "namespace", name, "--wait=false", check=False)
+
+
+def wait_ready(cluster: E2ECluster, ns: str, name: str) -> None:
+    cluster.wait_for(f"StreamingQuery {ns}/{name} Ready",
+                     lambda: cluster.query_condition(ns, name, "Ready") == "True", READY_TIMEOUT)
+
+
+def test_stateless_query_filters_and_projects(cluster: E2ECluster, ns: str) -> None:
+    src, out = f"{ns}-clicks", f"{ns}-big-clicks"
+    create_topics(cluster.bootstrap, src, out)
+    cluster.apply(cluster_doc(ns, cluster.bootstrap), query_doc(ns, "big-clicks", {
+        "sources": [{"name": "clicks", "topic": src, "schema": [
+            {"name": "id", "type": "int"}, {"name": "user", "type": "string"},
+            {"name": "amount", "type": "double"}]}],
+        "sql": "SELECT id, upper(user) AS user, amount * 2 AS doubled FROM clicks WHERE amount > 10",
+        "sink": {"topic": out, "outputMode": "append"},
+        "trigger": {"processingTime": "1 second"},
+    }))
+    rows = [{"id": i, "user": f"u{i % 3}", "amount": float(i)} for i in range(40)]
+    produce(cluster.bootstrap, src, rows)
+    expected = sorted(
+        ({"id": r["id"], "user": str(r["user"]).upper(), "doubled": r["amount"] * 2}
+         for r in rows if r["amount"] > 10), key=lambda r: r["id"])
+    got = consume(cluster.bootstrap, out, len(expected), READY_TIMEOUT)
+    assert sorted(got, key=lambda r: r["id"]) == expected
+    wait_ready(cluster, ns, "big-clicks")
+
+
+def test_windowed_aggregation_counts_per_page(cluster: E2ECluster, ns: str) -> None:
+    src, out = f"{ns}-views", f"{ns}-views-per-minute"
+    create_topics(cluster.bootstrap, src, out)
+    cluster.apply(cluster_doc(ns, cluster.bootstrap), query_doc(ns, "views", {
+        "sources": [{"name": "views", "topic": src, "schema": [
+            {"name": "page", "type": "string"}, {"name": "ts", "type": "timestamp"}],
+            "eventTime": {"column": "ts", "watermark": "10 seconds"}}],
+        "sql": "SELECT window(ts, '1 minute') AS w, page, count(*) AS views FROM views "
+               "GROUP BY window(ts, '1 minute'), page",
+        "sink": {"topic": out, "outputMode": "append", "key": ["page"]},
+        "trigger": {"processingTime": "1 second"},
+    }))
+    rows = [{"page": f"/p{i % 3}", "ts": ts(i)} for i in range(120)]  # two full minutes
+    produce(cluster.bootstrap, src, rows)
+    # a later event advances the watermark past both windows, so append mode emits them
+    time.sleep(5)
+    produce(cluster.bootstrap, src, [{"page": "/tick", "ts": ts(300)}])
+    want: Counter[tuple[str, int]] = Counter()
+    for i in range(120):
+        want[(f"/p{i % 3}", (1_700_000_000 + i) // 60 * 60)] += 1
+    got = consume(cluster.bootstrap, out, len(want), READY_TIMEOUT)
+    seen = {(r["page"], epoch(r["w"]["start"])): r["views"] for r in got}
+    assert seen == dict(want)
+
+
+def epoch(text: str) -> int:
+    return int(datetime.fromisoformat(text).timestamp())
+
+
+def test_stream_stream_join_matches_orders_with_shipments(cluster: E2ECluster, ns: str) -> None:
+    orders, ships, out = f"{ns}-orders", f"{ns}-shipments", f"{ns}-shipped"
+    create_topics(cluster.bootstrap, orders, ships, out)
+    cluster.apply(cluster_doc(ns, cluster.bootstrap), query_doc(ns, "shipped", {
+        "sources": [
+            {"name": "orders", "topic": orders, "schema": [
+                {"name": "order_id", "type": "string"}, {"name": "amount", "type": "double"},
+                {"name": "ts", "type": "timestamp"}],
+             "eventTime": {"column": "ts", "watermark": "1 minute"}},
+            {"name": "shipments", "topic": ships, "schema": [
+                {"name": "order_id", "type": "string"}, {"name": "carrier", "type": "string"},
+                {"name": "ts", "type": "timestamp"}],
+             "eventTime": {"column": "ts", "watermark": "1 minute"}},
+        ],
+        "sql": "SELECT o.order_id AS order_id, o.amount AS amount, s.carrier AS carrier "
+               "FROM orders o JOIN shipments s ON o.order_id = s.order_id "
+               "AND s.ts BETWEEN o.ts AND o.ts + INTERVAL 10 MINUTES",
+        "sink": {"topic": out, "outputMode": "append"},
+        "trigger": {"processingTime": "1 second"},
+    }))
+    produce(cluster.bootstrap, orders,
+            [{"order_id": f"o{i}", "amount": float(i), "ts": ts(i)} for i in range(20)])
+    # even orders ship in time, odd ones too late (outside the 10-minute range), o99 never ordered
+    produce(cluster.bootstrap, ships,
+            [{"order_id": f"o{i}", "carrier": "dhl" if i % 4 else "ups",
+              "ts": ts(i + (60 if i % 2 == 0 else 3600))} for i in range(20)]
+            + [{"order_id": "o99", "carrier": "ups", "ts": ts(5)}])
+    expected = sorted(
+        ({"order_id": f"o{i}", "amount": float(i), "carrier": "dhl" if i % 4 else "ups"}
+         for i in range(0, 20, 2)), key=lambda r: r["order_id"])
+    got = consume(cluster.bootstrap, out, len(expected), READY_TIMEOUT)
+    assert sorted(got, key=lambda r: r["order_id"]) == expected
+
+
+def counting_query(ns: str, src: str, out: str, delivery: str, **extra: Any) -> dict[str, Any]:
+    return query_doc(ns, "counts", {
+        "sources": [{"name": "events", "topic": src, "schema": [
+            {"name": "k", "type": "string"}, {"name": "n", "type": "int"}]}],
+        "sql": "SELECT k, n FROM events",
+        "sink": {"topic": out, "outputMode": "append", "delivery": delivery},
+        "trigger": {"processingTime": "1 second"},
+        **extra,
+    })
+
+
+def test_killed_driver_resumes_from_checkpoint_exactly_once(cluster: E2ECluster, ns: str) -> None:
+    src, out = f"{ns}-events", f"{ns}-events-out"
+    create_topics(cluster.bootstrap, src, out)
+    cluster.apply(cluster_doc(ns, cluster.bootstrap), counting_query(ns, src, out, "exactlyOnce"))
+    produce(cluster.bootstrap, src, [{"k": "a", "n": i} for i in range(50)])
+    assert len(consume(cluster.bootstrap, out, 50, READY_TIMEOUT, committed=True)) == 50
+    wait_ready(cluster, ns, "counts")
+    before = cluster.restart_count(ns, "counts")
+    cluster.kill_driver(ns, "counts")
+    produce(cluster.bootstrap, src, [{"k": "b", "n": i} for i in range(50, 100)])
+    cluster.wait_for("the driver container to restart",
+                     lambda: cluster.restart_count(ns, "counts") > before, 120)
+    got = consume(cluster.bootstrap, out, 100, READY_TIMEOUT, committed=True)
+    assert sorted(r["n"] for r in got) == list(range(100)), "lost or duplicated records"
+
+
+def test_suspend_and_resume_keep_state(cluster: E2ECluster, ns: str) -> None:
+    src, out = f"{ns}-words", f"{ns}-word-counts"
+    create_topics(cluster.bootstrap, src, out)
+    query = query_doc(ns, "wc", {
+        "sources": [{"name": "words", "topic": src, "schema": [{"name": "w", "type": "string"}]}],
+        "sql": "SELECT w, count(*) AS c FROM words GROUP BY w",
+        "sink": {"topic": out, "outputMode": "update", "key": ["w"]},
+        "trigger": {"processingTime": "1 second"},
+    })
+    cluster.apply(cluster_doc(ns, cluster.bootstrap), query)
+    produce(cluster.bootstrap, src, [{"w": "x"}] * 3)
+    assert max(r["c"] for r in consume(cluster.bootstrap, out, 1, READY_TIMEOUT)) == 3
+    cluster.kubectl("patch", "sq", "wc", "-n", ns, "--type=merge", "-p", '{"spec":{"suspend":true}}')
+    cluster.wait_for("the driver pod to go away", lambda: cluster.driver_pod(ns, "wc") is None, 180)
+    produce(cluster.bootstrap, src, [{"w": "x"}] * 2)
+    cluster.kubectl("patch", "sq", "wc", "-n", ns, "--type=merge", "-p", '{"spec":{"suspend":false}}')
+    counts = cluster.wait_for(
+        "the resumed query to count on from its state",
+        lambda: 5 in [r["c"] for r in consume(cluster.bootstrap, out, 10, 5)], READY_TIMEOUT)
+    assert counts
+
+
+@pytest.mark.parametrize("policy", ["Retain", "Delete"])
+def test_delete_applies_deletion_policy(cluster: E2ECluster, ns: str, policy: str) -> None:
+    src, out = f"{ns}-in", f"{ns}-out"
+    create_topics(cluster.bootstrap, src, out)
+    cluster.apply(cluster_doc(ns, cluster.bootstrap),
+                  counting_query(ns, src, out, "atLeastOnce", deletionPolicy=policy))
+    produce(cluster.bootstrap, src, [{"k": "a", "n": 1}])
+    assert consume(cluster.bootstrap, out, 1, READY_TIMEOUT)
+    claim = cluster.driver_pod(ns, "counts")["spec"]["volumes"]  # type: ignore[index]
+    claim_name = next(v["persistentVolumeClaim"]["claimName"] for v in claim if "persistentVolumeClaim" in v)
+    cluster.kubectl("delete", "sq", "counts", "-n", ns, "--timeout=180s")
+    cluster.wait_for("the driver pod to go away", lambda: cluster.driver_pod(ns, "counts") is None, 180)
+    topics = AdminClient({"bootstrap.servers": cluster.bootstrap}).list_topics(timeout=10).topics
+    if policy == "Retain":
+        assert cluster.get("pvc", ns, claim_name) is not None
+        assert out in topics
+    else:
+        cluster.wait_for("the state claim to be deleted",
+                         lambda: cluster.get("pvc", ns, claim_name) is None, 120)
+        cluster.wait_for("the output topic to be deleted", lambda: out not in AdminClient(
+            {"bootstrap.servers": cluster.bootstrap}).list_topics(timeout=10).topics, 60)
