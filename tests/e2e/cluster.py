@@ -92,6 +92,19 @@ class E2ECluster:
         statuses = pod.get("status", {}).get("containerStatuses") or []
         return int(statuses[0].get("restartCount", 0)) if statuses else -1
 
+    def diagnostics(self, namespace: str) -> str:
+        """What a failing test prints: the queries' status, the pods and the driver's last log lines."""
+        parts = [
+            self.kubectl("get", "sq,pods,pvc", "-n", namespace, "-o", "wide", check=False),
+            self.kubectl("get", "sq", "-n", namespace, "-o", "jsonpath={.items[*].status.conditions}",
+                         check=False),
+        ]
+        out = self.kubectl("get", "pods", "-n", namespace, "-o", "name", check=False)
+        for pod in out.split():
+            parts.append(f"--- logs of {pod} (last 40 lines)")
+            parts.append(self.kubectl("logs", "-n", namespace, pod, "--tail=40", check=False))
+        return "\n".join(parts)
+
     def new_namespace(self) -> str:
         name = f"e2e-{uuid.uuid4().hex[:8]}"
         self.kubectl("create", "namespace", name)

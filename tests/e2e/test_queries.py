@@ -115,7 +115,7 @@ def test_stateless_query_filters_and_projects(cluster: E2ECluster, ns: str) -> N
         ({"id": r["id"], "user": str(r["user"]).upper(), "doubled": r["amount"] * 2}
          for r in rows if r["amount"] > 10), key=lambda r: r["id"])
     got = consume(cluster.bootstrap, out, len(expected), READY_TIMEOUT)
-    assert sorted(got, key=lambda r: r["id"]) == expected
+    assert sorted(got, key=lambda r: r["id"]) == expected, cluster.diagnostics(ns)
     wait_ready(cluster, ns, "big-clicks")
 
 
@@ -141,7 +141,7 @@ def test_windowed_aggregation_counts_per_page(cluster: E2ECluster, ns: str) -> N
         want[(f"/p{i % 3}", (1_700_000_000 + i) // 60 * 60)] += 1
     got = consume(cluster.bootstrap, out, len(want), READY_TIMEOUT)
     seen = {(r["page"], epoch(r["w"]["start"])): r["views"] for r in got}
-    assert seen == dict(want)
+    assert seen == dict(want), cluster.diagnostics(ns)
 
 
 def epoch(text: str) -> int:
@@ -179,7 +179,7 @@ def test_stream_stream_join_matches_orders_with_shipments(cluster: E2ECluster, n
         ({"order_id": f"o{i}", "amount": float(i), "carrier": "dhl" if i % 4 else "ups"}
          for i in range(0, 20, 2)), key=lambda r: r["order_id"])
     got = consume(cluster.bootstrap, out, len(expected), READY_TIMEOUT)
-    assert sorted(got, key=lambda r: r["order_id"]) == expected
+    assert sorted(got, key=lambda r: r["order_id"]) == expected, cluster.diagnostics(ns)
 
 
 def counting_query(ns: str, src: str, out: str, delivery: str, **extra: Any) -> dict[str, Any]:
@@ -198,7 +198,8 @@ def test_killed_driver_resumes_from_checkpoint_exactly_once(cluster: E2ECluster,
     create_topics(cluster.bootstrap, src, out)
     cluster.apply(cluster_doc(ns, cluster.bootstrap), counting_query(ns, src, out, "exactlyOnce"))
     produce(cluster.bootstrap, src, [{"k": "a", "n": i} for i in range(50)])
-    assert len(consume(cluster.bootstrap, out, 50, READY_TIMEOUT, committed=True)) == 50
+    first = consume(cluster.bootstrap, out, 50, READY_TIMEOUT, committed=True)
+    assert len(first) == 50, cluster.diagnostics(ns)
     wait_ready(cluster, ns, "counts")
     before = cluster.restart_count(ns, "counts")
     cluster.kill_driver(ns, "counts")
@@ -206,7 +207,8 @@ def test_killed_driver_resumes_from_checkpoint_exactly_once(cluster: E2ECluster,
     cluster.wait_for("the driver container to restart",
                      lambda: cluster.restart_count(ns, "counts") > before, 120)
     got = consume(cluster.bootstrap, out, 100, READY_TIMEOUT, committed=True)
-    assert sorted(r["n"] for r in got) == list(range(100)), "lost or duplicated records"
+    assert sorted(r["n"] for r in got) == list(range(100)), "lost or duplicated records\n" + (
+        cluster.diagnostics(ns))
 
 
 def test_suspend_and_resume_keep_state(cluster: E2ECluster, ns: str) -> None:
@@ -220,7 +222,8 @@ def test_suspend_and_resume_keep_state(cluster: E2ECluster, ns: str) -> None:
     })
     cluster.apply(cluster_doc(ns, cluster.bootstrap), query)
     produce(cluster.bootstrap, src, [{"w": "x"}] * 3)
-    assert max(r["c"] for r in consume(cluster.bootstrap, out, 1, READY_TIMEOUT)) == 3
+    first = consume(cluster.bootstrap, out, 1, READY_TIMEOUT)
+    assert first and max(r["c"] for r in first) == 3, cluster.diagnostics(ns)
     cluster.kubectl("patch", "sq", "wc", "-n", ns, "--type=merge", "-p", '{"spec":{"suspend":true}}')
     cluster.wait_for("the driver pod to go away", lambda: cluster.driver_pod(ns, "wc") is None, 180)
     produce(cluster.bootstrap, src, [{"w": "x"}] * 2)
@@ -238,7 +241,7 @@ def test_delete_applies_deletion_policy(cluster: E2ECluster, ns: str, policy: st
     cluster.apply(cluster_doc(ns, cluster.bootstrap),
                   counting_query(ns, src, out, "atLeastOnce", deletionPolicy=policy))
     produce(cluster.bootstrap, src, [{"k": "a", "n": 1}])
-    assert consume(cluster.bootstrap, out, 1, READY_TIMEOUT)
+    assert consume(cluster.bootstrap, out, 1, READY_TIMEOUT), cluster.diagnostics(ns)
     claim = cluster.driver_pod(ns, "counts")["spec"]["volumes"]  # type: ignore[index]
     claim_name = next(v["persistentVolumeClaim"]["claimName"] for v in claim if "persistentVolumeClaim" in v)
     cluster.kubectl("delete", "sq", "counts", "-n", ns, "--timeout=180s")

@@ -188,8 +188,12 @@ def test_lifecycle_create_edit_suspend_resume(k: Kube, namespace: str, kafka: st
     # a QueryCluster change (image) reaches the driver through the cluster's fan-out
     sq_gen = int(k.get("StreamingQuery", ns, "totals")["metadata"]["generation"])
     k.patch("QueryCluster", ns, "default", {"spec": {"image": "registry.example/sluice-runtime:9"}})
-    eventually(lambda: k.get("StatefulSet", ns, "totals-driver")["spec"]["template"]["spec"]["containers"][0]
-               ["image"] == "registry.example/sluice-runtime:9", timeout=30, what="the new image is rolled out")
+    def driver_image() -> str:
+        pod = k.get("StatefulSet", ns, "totals-driver")["spec"]["template"]["spec"]
+        return str(pod["containers"][0]["image"])
+
+    eventually(lambda: driver_image() == "registry.example/sluice-runtime:9", timeout=30,
+               what="the new image is rolled out")
     assert status(k, ns, "totals")["phase"] == "UpgradePending"  # the pending upgrade is still recorded
     assert int(k.get("StreamingQuery", ns, "totals")["metadata"]["generation"]) == sq_gen
 

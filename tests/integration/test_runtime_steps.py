@@ -26,6 +26,7 @@ def spark() -> Iterator[Any]:
     plan = plan_from_yaml(ORDERS_SOURCE + "  sql: SELECT order_id FROM orders\n  sink: {topic: o}\n")
     session = create_spark(plan, "local[2]", {"spark.sql.shuffle.partitions": "2"})
     yield session
+    session.stop()  # the next module's session needs the Kafka connector jars
 
 
 ORDERS_SOURCE = """\

@@ -264,11 +264,12 @@ def historical_runs(
     for name, pipe in running.items():
         error = None
         for q in pipe.all_queries():
-            if not q.awaitTermination(max(1.0, deadline - time.monotonic())):
-                error = "did not finish"
-                q.stop()
-            elif q.exception() is not None:
-                error = str(q.exception())
+            try:
+                if not q.awaitTermination(max(1.0, deadline - time.monotonic())):
+                    error = "did not finish"
+                    q.stop()
+            except Exception as exc:  # awaitTermination raises the query's exception
+                error = str(exc)[:3000]
         results[name] = error
     return results
 
@@ -297,7 +298,9 @@ def _record_for(columns: list[Any], i: int) -> dict[str, Any]:
         elif t.startswith("decimal"):
             rec[c.name] = i
         elif t.startswith("array"):
-            rec[c.name] = []
-        elif t.startswith(("map", "struct")):
+            rec[c.name] = [f"x{i}", "y"]
+        elif t.startswith("map"):
+            rec[c.name] = {"channel": "web", "k": f"v{i}"}
+        elif t.startswith("struct"):
             rec[c.name] = {}
     return rec

@@ -39,14 +39,6 @@ def _parse(expr: str) -> exp.Expression | None:
         return None
 
 
-def referenced_columns(expr: str) -> set[str] | None:
-    """Column names (unqualified, lower case) an expression reads; None when it cannot be parsed."""
-    tree = _parse(expr)
-    if tree is None:
-        return None
-    return {c.name.lower() for c in tree.find_all(exp.Column)}
-
-
 class Lineage:
     """Expands expressions of one plan down to typed source columns."""
 

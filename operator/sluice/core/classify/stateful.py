@@ -1,0 +1,243 @@
+"""Comparisons of stateful operators: keys, aggregates, windows, sessions, joins, dedup.
+
+Every expression is compared through :class:`~sluice.core.classify.lineage.Lineage`, expanded
+down to typed source columns, so a change upstream that alters what the state means is caught.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sluice.core.classify.common import REPLACE, UPSTREAM_NOTE, Ctx, fmt
+from sluice.core.classify.lineage import Lineage
+
+
+def _exp(lin: Lineage, step: Any, expr: str) -> str:
+    return lin.expand(expr, list(step.inputs))
+
+
+def _state_types(ctx: Ctx, old: Any, new: Any) -> set[str]:
+    """Output types of a stateful operator (the types of its state) compared by position."""
+    if new.type == "streamStreamJoinV1":
+        return set()  # the join stores its input rows; compared in _join
+    ot = [f.type for f in old.schema_]
+    nt = [f.type for f in new.schema_]
+    if ot != nt and not any(c.step == new.id and c.category == "topology" for c in ctx.changes):
+        ctx.add(
+            "topology",
+            new.id,
+            "schema.types",
+            ot,
+            nt,
+            f"Step {new.id}: the types of the operator's output (its state) changed from {fmt(ot)} "
+            f"to {fmt(nt)}. {REPLACE}",
+        )
+    return set()
+
+
+def _keys(ctx: Ctx, old: Any, new: Any, what: str = "grouping keys") -> None:
+    ok = [_exp(ctx.old, old, k.expr) for k in old.keys]
+    nk = [_exp(ctx.new, new, k.expr) for k in new.keys]
+    if ok != nk:
+        ov = [k.expr for k in old.keys]
+        nv = [k.expr for k in new.keys]
+        note = UPSTREAM_NOTE if ov == nv else ""
+        ctx.add(
+            "topology",
+            new.id,
+            "keys",
+            ov,
+            nv,
+            f"Step {new.id}: {what} changed from {fmt(ov)} to {fmt(nv)}{note}. The state is keyed by "
+            f"them; Spark compares state schemas by type only and would silently reuse the old "
+            f"groups. {REPLACE}",
+        )
+
+
+def _aggregates(ctx: Ctx, old: Any, new: Any) -> None:
+    def sig(lin: Lineage, step: Any) -> list[tuple[str, list[str]]]:
+        return [
+            (a.function, [_exp(lin, step, x) if x != "*" else "*" for x in a.args]) for a in step.aggregates
+        ]
+
+    os_, ns = sig(ctx.old, old), sig(ctx.new, new)
+    if os_ == ns:
+        return
+    oe = [a.expr for a in old.aggregates]
+    ne = [a.expr for a in new.aggregates]
+    ofun = [a.function for a in old.aggregates]
+    nfun = [a.function for a in new.aggregates]
+    if len(os_) == len(ns) and ofun != nfun:
+        detail = "aggregate functions changed"
+    elif len(os_) < len(ns):
+        detail = "aggregates were added"
+    elif len(os_) > len(ns):
+        detail = "aggregates were removed"
+    else:
+        detail = "aggregate arguments changed"
+    note = UPSTREAM_NOTE if oe == ne else ""
+    ctx.add(
+        "topology",
+        new.id,
+        "aggregates",
+        oe,
+        ne,
+        f"Step {new.id}: {detail}, from {fmt(oe)} to {fmt(ne)}{note}. The state holds one buffer per "
+        f"aggregate, in order; Spark checks state schemas by type only, so a change that keeps the "
+        f"buffer types (count -> sum of a bigint) passes unnoticed. {REPLACE}",
+    )
+
+
+def _aggregate(ctx: Ctx, old: Any, new: Any) -> set[str]:
+    _keys(ctx, old, new)
+    _aggregates(ctx, old, new)
+    return {"keys", "aggregates"}
+
+
+def _window(ctx: Ctx, old: Any, new: Any) -> set[str]:
+    ow, nw = old.window, new.window
+    for attr, label in (("size", "window size"), ("slide", "window slide")):
+        a, b = getattr(ow, attr), getattr(nw, attr)
+        if a != b:
+            ctx.add(
+                "topology",
+                new.id,
+                f"window.{attr}",
+                a,
+                b,
+                f"Step {new.id}: {label} changed from {fmt(a)} to {fmt(b)}. Open windows in the "
+                f"state have the old bounds and would be mixed with new ones. {REPLACE}",
+            )
+    oc, nc = _exp(ctx.old, old, ow.column), _exp(ctx.new, new, nw.column)
+    if oc != nc:
+        ctx.add(
+            "topology",
+            new.id,
+            "window.column",
+            ow.column,
+            nw.column,
+            f"Step {new.id}: the window's event-time column changed from {fmt(ow.column)} to "
+            f"{fmt(nw.column)}. {REPLACE}",
+        )
+    _keys(ctx, old, new)
+    _aggregates(ctx, old, new)
+    # window.name only names the output column: reported by the output schema comparison.
+    return {"window", "keys", "aggregates"}
+
+
+def _session(ctx: Ctx, old: Any, new: Any) -> set[str]:
+    os_, ns = old.session, new.session
+    if os_.gap != ns.gap:
+        ctx.add(
+            "topology",
+            new.id,
+            "session.gap",
+            os_.gap,
+            ns.gap,
+            f"Step {new.id}: session gap changed from {fmt(os_.gap)} to {fmt(ns.gap)}. Sessions in "
+            f"the state were merged with the old gap. {REPLACE}",
+        )
+    oc, nc = _exp(ctx.old, old, os_.column), _exp(ctx.new, new, ns.column)
+    if oc != nc:
+        ctx.add(
+            "topology",
+            new.id,
+            "session.column",
+            os_.column,
+            ns.column,
+            f"Step {new.id}: the session's event-time column changed from {fmt(os_.column)} to "
+            f"{fmt(ns.column)}. {REPLACE}",
+        )
+    _keys(ctx, old, new)
+    _aggregates(ctx, old, new)
+    return {"session", "keys", "aggregates"}
+
+
+def _side_rows(lin: Lineage, step: Any, index: int) -> list[tuple[str, str, str]]:
+    if index >= len(step.inputs) or step.inputs[index] not in lin.by_id:
+        return []
+    src = lin.by_id[step.inputs[index]]
+    return [(f.name, f.type, lin.column(f.name, None, [src.id], 0)) for f in src.schema_]
+
+
+def _join(ctx: Ctx, old: Any, new: Any) -> set[str]:
+    if old.join_type != new.join_type:
+        ctx.add(
+            "topology",
+            new.id,
+            "joinType",
+            old.join_type,
+            new.join_type,
+            f"Step {new.id}: join type changed from {fmt(old.join_type)} to {fmt(new.join_type)}. "
+            f"Outer joins keep per-row match flags in the state that an inner join never wrote "
+            f"(Spark does not detect this when it restarts). {REPLACE}",
+        )
+
+    def keys(lin: Lineage, step: Any) -> list[tuple[str, str]]:
+        return [
+            (lin.expand(k.left, list(step.inputs)), lin.expand(k.right, list(step.inputs))) for k in step.keys
+        ]
+
+    if keys(ctx.old, old) != keys(ctx.new, new):
+        ov = [f"{k.left} = {k.right}" for k in old.keys]
+        nv = [f"{k.left} = {k.right}" for k in new.keys]
+        ctx.add(
+            "topology",
+            new.id,
+            "keys",
+            ov,
+            nv,
+            f"Step {new.id}: join keys changed from {fmt(ov)} to {fmt(nv)}. Buffered rows are stored "
+            f"under the old keys; Spark checks key types only and would silently miss matches. {REPLACE}",
+        )
+    for fld, label in (("time_condition", "timeCondition"), ("condition", "condition")):
+        a, b = getattr(old, fld), getattr(new, fld)
+        ea = ctx.old.expand(a, list(old.inputs)) if a else None
+        eb = ctx.new.expand(b, list(new.inputs)) if b else None
+        if ea != eb and not (
+            fld == "condition" and any(c.step == new.id and c.field == "keys" for c in ctx.changes)
+        ):
+            ctx.add(
+                "topology",
+                new.id,
+                label,
+                a,
+                b,
+                f"Step {new.id}: join {label} changed from {fmt(a)} to {fmt(b)}. It decides which "
+                f"buffered rows are kept and when they expire. {REPLACE}",
+            )
+    for i, side in enumerate(("left", "right")):
+        orows, nrows = _side_rows(ctx.old, old, i), _side_rows(ctx.new, new, i)
+        if orows != nrows:
+            oc = [f"{n} {t}" for n, t, _ in orows]
+            nc = [f"{n} {t}" for n, t, _ in nrows]
+            why = "columns" if oc != nc else "column definitions upstream"
+            ctx.add(
+                "topology",
+                new.id,
+                f"{side}Input",
+                oc,
+                nc,
+                f"Step {new.id}: the {side} input rows buffered in the join state changed "
+                f"({why}) from {fmt(oc)} to {fmt(nc)}. {REPLACE}",
+            )
+    # aliases only qualify names; their effect is visible in keys/conditions above.
+    return {"join_type", "keys", "time_condition", "condition", "left_alias", "right_alias"}
+
+
+def _dedup(ctx: Ctx, old: Any, new: Any) -> set[str]:
+    oc = [ctx.old.column(c, None, list(old.inputs), 0) for c in old.columns]
+    nc = [ctx.new.column(c, None, list(new.inputs), 0) for c in new.columns]
+    if oc != nc:
+        ctx.add(
+            "topology",
+            new.id,
+            "columns",
+            old.columns,
+            new.columns,
+            f"Step {new.id}: deduplication columns changed from {fmt(old.columns)} to "
+            f"{fmt(new.columns)}{UPSTREAM_NOTE if old.columns == new.columns else ''}. The state remembers "
+            f"the old column values, so duplicates would "
+            f"be judged against the wrong key. {REPLACE}",
+        )
+    return {"columns"}
