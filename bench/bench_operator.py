@@ -81,8 +81,9 @@ def main() -> int:
     parser.add_argument("--count", type=int, default=500)
     parser.add_argument("--kafka", action="store_true", help="Use a real broker for sink topics.")
     parser.add_argument("--timeout", type=float, default=900)
-    parser.add_argument("--kubeconfig",
-                        help="Use this running cluster (CRDs installed) instead of starting one.")
+    parser.add_argument(
+        "--kubeconfig", help="Use this running cluster (CRDs installed) instead of starting one."
+    )
     parser.add_argument("--bootstrap", help="With --kafka: an existing broker instead of starting one.")
     opts = parser.parse_args()
 
@@ -109,12 +110,25 @@ def main() -> int:
                 bin_dir = kube_component.provision()
                 kubeconfig = kube_component.start(state).env["KUBECONFIG"]
                 env = {"KUBECONFIG": kubeconfig, "PATH": f"{bin_dir}:/usr/bin:/bin"}
-                subprocess.run([str(bin_dir / "kubectl"), "apply", "--server-side", "-f", str(REPO / "crds")],
-                               env=env, check=True, capture_output=True)
-                subprocess.run([str(bin_dir / "kubectl"), "wait", "--for=condition=Established",
-                                "--timeout=60s", "crd/streamingqueries.sluice.dev",
-                                "crd/queryclusters.sluice.dev"],
-                               env=env, check=True, capture_output=True)
+                subprocess.run(
+                    [str(bin_dir / "kubectl"), "apply", "--server-side", "-f", str(REPO / "crds")],
+                    env=env,
+                    check=True,
+                    capture_output=True,
+                )
+                subprocess.run(
+                    [
+                        str(bin_dir / "kubectl"),
+                        "wait",
+                        "--for=condition=Established",
+                        "--timeout=60s",
+                        "crd/streamingqueries.sluice.dev",
+                        "crd/queryclusters.sluice.dev",
+                    ],
+                    env=env,
+                    check=True,
+                    capture_output=True,
+                )
             else:
                 kubeconfig = opts.kubeconfig
             api = config.new_client_from_config(config_file=kubeconfig)
@@ -122,32 +136,55 @@ def main() -> int:
 
             def request_text(path: str) -> str:
                 method, url, headers, _, _ = api.param_serialize(
-                    method="GET", resource_path=path, header_params={"Accept": "text/plain"},
-                    auth_settings=["BearerToken"])
+                    method="GET",
+                    resource_path=path,
+                    header_params={"Accept": "text/plain"},
+                    auth_settings=["BearerToken"],
+                )
                 resp = api.call_api(method, url, header_params=headers)
                 resp.read()
                 return resp.data.decode()
 
             kube.request_text = request_text  # type: ignore[attr-defined]
             ns = f"bench-{int(time.time())}"
-            kube.request("POST", "/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace",
-                                                        "metadata": {"name": ns}})
-            kube.create({"apiVersion": "sluice.dev/v1alpha1", "kind": "QueryCluster",
-                         "metadata": {"name": "default", "namespace": ns},
-                         "spec": {"serviceId": "bench", "kafka": {"bootstrapServers": kafka_bootstrap}}})
+            kube.request(
+                "POST",
+                "/api/v1/namespaces",
+                {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}},
+            )
+            kube.create(
+                {
+                    "apiVersion": "sluice.dev/v1alpha1",
+                    "kind": "QueryCluster",
+                    "metadata": {"name": "default", "namespace": ns},
+                    "spec": {"serviceId": "bench", "kafka": {"bootstrapServers": kafka_bootstrap}},
+                }
+            )
 
             rss_start = rss_mib()
             t0 = time.perf_counter()
             for i in range(opts.count):
-                kube.create({"apiVersion": "sluice.dev/v1alpha1", "kind": "StreamingQuery",
-                             "metadata": {"name": f"q{i:04d}", "namespace": ns},
-                             "spec": {
-                                 "sources": [{"name": "orders", "topic": "orders", "schema": [
-                                     {"name": "customer", "type": "string"},
-                                     {"name": "amount", "type": "double"}]}],
-                                 "sql": "SELECT customer, sum(amount) AS total FROM orders GROUP BY customer",
-                                 "sink": {"topic": f"out-{i:04d}", "outputMode": "update"},
-                             }})
+                kube.create(
+                    {
+                        "apiVersion": "sluice.dev/v1alpha1",
+                        "kind": "StreamingQuery",
+                        "metadata": {"name": f"q{i:04d}", "namespace": ns},
+                        "spec": {
+                            "sources": [
+                                {
+                                    "name": "orders",
+                                    "topic": "orders",
+                                    "schema": [
+                                        {"name": "customer", "type": "string"},
+                                        {"name": "amount", "type": "double"},
+                                    ],
+                                }
+                            ],
+                            "sql": "SELECT customer, sum(amount) AS total FROM orders GROUP BY customer",
+                            "sink": {"topic": f"out-{i:04d}", "outputMode": "update"},
+                        },
+                    }
+                )
             baseline = time.perf_counter() - t0
 
             stub = StubAdmin()
@@ -162,9 +199,19 @@ def main() -> int:
             server_before = apiserver_requests(kube)
             stop, ready = threading.Event(), threading.Event()
             args = argparse.Namespace(
-                namespace=[ns], peering=None, standalone=True, no_leader_election=False,
-                lease_name="sluice-operator", lease_namespace=ns, lease_seconds=15, identity="bench",
-                metrics_port=0, kubeconfig=kubeconfig, log_format="text", verbose=False)
+                namespace=[ns],
+                peering=None,
+                standalone=True,
+                no_leader_election=False,
+                lease_name="sluice-operator",
+                lease_namespace=ns,
+                lease_seconds=15,
+                identity="bench",
+                metrics_port=0,
+                kubeconfig=kubeconfig,
+                log_format="text",
+                verbose=False,
+            )
             thread = threading.Thread(target=run_operator, args=(args, stop, ready, env_factory), daemon=True)
             import logging
 
@@ -174,8 +221,12 @@ def main() -> int:
             done = 0
             while time.perf_counter() - t1 < opts.timeout:
                 items = kube.request("GET", Kube.path("StreamingQuery", ns)).get("items", [])
-                done = sum(1 for o in items if (o.get("status") or {}).get("plan")
-                           and (o.get("status") or {}).get("observedGeneration") == 1)
+                done = sum(
+                    1
+                    for o in items
+                    if (o.get("status") or {}).get("plan")
+                    and (o.get("status") or {}).get("observedGeneration") == 1
+                )
                 if done >= opts.count:
                     break
                 time.sleep(1.0)
@@ -198,7 +249,8 @@ def main() -> int:
                 "rss_mib_start": round(rss_start, 1),
                 "rss_mib_peak": round(peak_rss_mib(), 1),
                 "kafka": "real" if opts.kafka else "stub",
-                "control_plane": "private (etcd+apiserver+controller-manager+scheduler)" if own_cluster
+                "control_plane": "private (etcd+apiserver+controller-manager+scheduler)"
+                if own_cluster
                 else f"existing ({kubeconfig})",
             }
             print(json.dumps(result, indent=2))

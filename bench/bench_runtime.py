@@ -11,7 +11,9 @@ Measures, in one run and on one SparkSession (``local[2]``):
 It starts its own Kafka broker (``sluice_dev.platform.kafka``) in a temporary state directory and
 uses the cached connector jars (``sluice_dev.platform.sparkjars``).
 
-    python bench/bench_runtime.py [--records 1000000] [--repeat 1]
+    python bench/bench_runtime.py [--records 1000000] [--repeat 3]
+
+Each variant runs ``--repeat`` times in rotating order after one warm-up; the best time counts.
 
 The source policy for malformed records is ``skip`` here so that (a) and (b) read the topic once
 each (``deadLetter`` adds a second query over the source); the plan-built pipeline still parses
@@ -203,7 +205,7 @@ def time_to_first_commit(plan: Any, bootstrap: str, jars: list[Path], work: Path
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--records", type=int, default=1_000_000)
-    parser.add_argument("--repeat", type=int, default=1)
+    parser.add_argument("--repeat", type=int, default=3)
     args = parser.parse_args()
 
     from sluice_dev.platform import kafka as kafka_component
@@ -227,10 +229,16 @@ def main() -> int:
         # warm-up (JIT, connector classes) on the same topic, not measured
         run_by_hand(spark, topic, f"{topic}-warm", bootstrap, work)
         plan_t, hand_t, eos_t = [], [], []
-        for _ in range(args.repeat):
-            plan_t.append(run_plan(spark, alo, bootstrap, work))
-            hand_t.append(run_by_hand(spark, topic, f"{topic}-out-hand", bootstrap, work))
-            eos_t.append(run_plan(spark, eos, bootstrap, work))
+        runs = {
+            "plan": (plan_t, lambda: run_plan(spark, alo, bootstrap, work)),
+            "hand": (hand_t, lambda: run_by_hand(spark, topic, f"{topic}-out-hand", bootstrap, work)),
+            "eos": (eos_t, lambda: run_plan(spark, eos, bootstrap, work)),
+        }
+        order = list(runs)
+        for i in range(args.repeat):  # rotate the order: no variant always runs warmest
+            for name in order[i % 3 :] + order[: i % 3]:
+                times, fn = runs[name]
+                times.append(fn())
         n = args.records
         best = {"plan": min(plan_t), "hand": min(hand_t), "eos": min(eos_t)}
         results.update(

@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
 from sluice_dev.platform import common
 
 REPO = Path(__file__).resolve().parent.parent
@@ -76,7 +75,6 @@ class Kube:
 def kube(platform_state: Path) -> Iterator[Kube]:
     """A real etcd + kube-apiserver + controller-manager + scheduler on loopback."""
     from kubernetes import client, config
-
     from sluice_dev.platform import kube as kube_component
 
     try:

@@ -100,7 +100,7 @@ def first_rows(bootstrap: str, want: int, timeout: float) -> list[dict[str, Any]
             msg = consumer.poll(1.0)
             if msg is None or msg.error():
                 continue
-            rows.append(json.loads(msg.value()))
+            rows.append(json.loads(msg.value() or b"null"))
     finally:
         consumer.close()
     return rows

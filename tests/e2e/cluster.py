@@ -21,8 +21,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 
 @dataclass
 class E2ECluster:
@@ -43,7 +41,9 @@ class E2ECluster:
         return result.stdout
 
     def apply(self, *docs: dict[str, Any]) -> None:
-        self.kubectl("apply", "-f", "-", stdin=yaml.safe_dump_all(docs))
+        # JSON, not YAML: kubectl reads YAML 1.1, where a bare `n` or `y` is a boolean
+        self.kubectl("apply", "-f", "-", stdin=json.dumps({"apiVersion": "v1", "kind": "List",
+                                                           "items": list(docs)}))
 
     def get(self, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
         out = self.kubectl("get", kind, name, "-n", namespace, "-o", "json", check=False)

@@ -40,6 +40,21 @@ def to_dt(text: str) -> datetime:
     return datetime.fromisoformat(text.replace("Z", "+00:00")).astimezone(UTC)
 
 
+def shared_spark(jars: Iterable[Any]) -> Any:
+    """One SparkSession for all runtime test modules of a pytest run.
+
+    Jars are only taken when the JVM starts, so every module asks for the connector jars and
+    nobody stops the session (the JVM ends with the test process).
+    """
+    from sluice_runtime.session import create_spark
+
+    plan = plan_from_yaml(
+        "  shufflePartitions: 2\n  sources:\n    - name: s\n      topic: t\n"
+        "      schema: [{name: a, type: string}]\n  sql: SELECT a FROM s\n  sink: {topic: o}\n"
+    )
+    return create_spark(plan, "local[2]", {"spark.sql.shuffle.partitions": "2"}, list(jars))
+
+
 # -- Spark batch frames standing in for Kafka topics (step semantics without a broker) ------
 def kafka_rows(topic: str, records: Iterable[Any]) -> list[tuple[Any, ...]]:
     rows = []

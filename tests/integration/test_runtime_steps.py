@@ -9,24 +9,19 @@ from __future__ import annotations
 
 import json
 from collections import defaultdict
-from collections.abc import Iterator
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
-from runtime_support import batch_output, plan_from_yaml, to_dt, ts
+from runtime_support import batch_output, plan_from_yaml, shared_spark, to_dt, ts
 
 pytestmark = pytest.mark.integration
 
 
 @pytest.fixture(scope="module")
-def spark() -> Iterator[Any]:
-    from sluice_runtime.session import create_spark
-
-    plan = plan_from_yaml(ORDERS_SOURCE + "  sql: SELECT order_id FROM orders\n  sink: {topic: o}\n")
-    session = create_spark(plan, "local[2]", {"spark.sql.shuffle.partitions": "2"})
-    yield session
-    session.stop()  # the next module's session needs the Kafka connector jars
+def spark(spark_jars: list[Path]) -> Any:
+    return shared_spark(spark_jars)
 
 
 ORDERS_SOURCE = """\
@@ -148,7 +143,7 @@ def test_session_window(spark: Any) -> None:
         ORDERS_SOURCE
         + "  sql: SELECT customer, session_window(ts, '5 minutes') AS s, sum(amount) AS total FROM orders "
         + "GROUP BY customer, session_window(ts, '5 minutes')\n"
-        + "  sink: {topic: out, outputMode: update}\n"
+        + "  sink: {topic: out, outputMode: append}\n"
     )
     assert "sessionWindowAggregateV1" in _types(plan)
     got = sorted(

@@ -6,12 +6,20 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from runtime_support import consume, consume_json, create_topic, plan_from_yaml, produce, ts, unique
+from runtime_support import (
+    consume,
+    consume_json,
+    create_topic,
+    plan_from_yaml,
+    produce,
+    shared_spark,
+    ts,
+    unique,
+)
 from sluice.core.plan.model import Plan
 
 pytestmark = pytest.mark.integration
@@ -21,13 +29,8 @@ HISTORICAL = sorted((REPO / "tests" / "corpus" / "historical_plans").glob("*.jso
 
 
 @pytest.fixture(scope="module")
-def spark(spark_jars: list[Path]) -> Iterator[Any]:
-    from sluice_runtime.session import create_spark
-
-    plan = plan_from_yaml(_spec("x", "SELECT order_id FROM orders", "o"))
-    session = create_spark(plan, "local[2]", {"spark.sql.shuffle.partitions": "2"}, spark_jars)
-    yield session
-    session.stop()
+def spark(spark_jars: list[Path]) -> Any:
+    return shared_spark(spark_jars)
 
 
 def _spec(topic: str, sql: str, sink_topic: str, *, sink_extra: str = "", malformed: str = "") -> str:

@@ -6,7 +6,6 @@ import subprocess
 import sys
 
 import pytest
-
 from sluice import __version__
 from sluice.cli import COMMANDS, main
 

@@ -7,7 +7,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from sluice_dev.platform import common, orchestrate
 
 
@@ -61,5 +60,5 @@ def test_missing_executable_is_a_platform_error(tmp_path: Path) -> None:
 
 
 def test_run_logged_failure_names_component(tmp_path: Path) -> None:
-    with pytest.raises(common.PlatformError, match="^mvn: .*exit code 2"):
+    with pytest.raises(common.PlatformError, match=r"^mvn: .*exit code 2"):
         common.run_logged("mvn", ["bash", "-c", "echo nope; exit 2"], log_path=tmp_path / "p.log")

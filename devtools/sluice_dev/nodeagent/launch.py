@@ -59,8 +59,12 @@ def main(argv: list[str]) -> int:
 
             socket.sethostname(spec["hostname"])
         if spec.get("namespace", True):
-            for mount in spec.get("mounts", []):
-                bind(mount["src"], mount["dst"], bool(mount.get("readOnly")))
+            mounts = spec.get("mounts", [])
+            # Pin every source before mounting anything: a mount on /tmp (say) would otherwise
+            # hide sources that live under /tmp. The fds are close-on-exec.
+            fds = [os.open(mount["src"], os.O_PATH) for mount in mounts]
+            for mount, fd in zip(mounts, fds, strict=True):
+                bind(f"/proc/self/fd/{fd}", mount["dst"], bool(mount.get("readOnly")))
         cwd = spec.get("cwd")
         if cwd:
             os.makedirs(cwd, exist_ok=True)

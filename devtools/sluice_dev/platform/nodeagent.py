@@ -10,6 +10,7 @@ import json
 import os
 import sys
 import urllib.request
+import zlib
 from pathlib import Path
 
 from sluice_dev.nodeagent.kubeapi import Api
@@ -29,6 +30,12 @@ def image_env() -> dict[str, str]:
         "PATH": f"{venv_bin}:{os.environ.get('PATH', '/usr/local/bin:/usr/bin:/bin')}",
         "SLUICE_JARS": ",".join(str(p) for p in sparkjars.jar_paths()),
     }
+
+
+def pod_cidr(directory: Path) -> str:
+    """A loopback /16 of its own per state directory, so that two platforms on one machine (a
+    developer's ``.platform`` and a test run's) never hand out the same pod IP."""
+    return f"127.{10 + zlib.crc32(str(directory.resolve()).encode()) % 240}.0.0/16"
 
 
 def agent_dir(state_dir: Path) -> Path:
@@ -58,6 +65,8 @@ def start(
             str(directory),
             "--health-port",
             str(port),
+            "--pod-cidr",
+            pod_cidr(directory),
             *(extra_args or []),
         ],
         log_path=log_path,

@@ -146,7 +146,9 @@ def run(args: argparse.Namespace) -> int:
     with tempfile.TemporaryDirectory(prefix="sluice-run-") as tmp:
         plan_path = os.path.join(tmp, "plan.json")
         Path(plan_path).write_text(plan.to_json(), encoding="utf-8")
-        child = subprocess.Popen(runtime_command(args, plan_path, query_id))
+        # Own session: Ctrl-C reaches only this process, which asks the runtime to drain; the
+        # terminal's SIGINT would otherwise also hit the Spark JVM and cut the batch in flight.
+        child = subprocess.Popen(runtime_command(args, plan_path, query_id), start_new_session=True)
         try:
             return child.wait()
         except KeyboardInterrupt:

@@ -55,7 +55,9 @@ def parse_manifest(text: str) -> QueryManifest:
         raise ManifestError([Problem(f"invalid YAML: {problem}", line=line, column=column)]) from exc
     queries = [d for d in docs if isinstance(d, dict) and d.get("kind") == "StreamingQuery"]
     if not queries:
-        raise ManifestError([Problem("no StreamingQuery found (expected kind: StreamingQuery)", field="kind")])
+        raise ManifestError(
+            [Problem("no StreamingQuery found (expected kind: StreamingQuery)", field="kind")]
+        )
     if len(queries) > 1:
         raise ManifestError([Problem("more than one StreamingQuery in one file", field="kind")])
     doc = queries[0]

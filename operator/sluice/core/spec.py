@@ -98,7 +98,8 @@ class QuerySpec(SpecModel):
     trigger: Trigger = Field(default_factory=Trigger)
     shuffle_partitions: int = Field(
         default=8, ge=1, le=10000,
-        description="spark.sql.shuffle.partitions; pinned by the checkpoint (changing it is a topology change).",
+        description="spark.sql.shuffle.partitions; pinned by the checkpoint "
+        "(changing it is a topology change).",
     )
 
 

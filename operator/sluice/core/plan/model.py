@@ -45,7 +45,9 @@ class AggregateCall(PlanModel):
 
     name: str
     function: Literal["count", "sum", "min", "max", "avg", "approx_count_distinct"]
-    args: list[str] = Field(default_factory=list, description="Argument expressions; [] or ['*'] for count(*).")
+    args: list[str] = Field(
+        default_factory=list, description="Argument expressions; [] or ['*'] for count(*)."
+    )
     expr: str
 
 
@@ -186,7 +188,9 @@ class PinnedSettings(PlanModel):
         "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
     )
     changelog_checkpointing: bool = True
-    state_format: str = Field(default="unsaferow", description="spark.sql.streaming.stateStore.encodingFormat")
+    state_format: str = Field(
+        default="unsaferow", description="spark.sql.streaming.stateStore.encodingFormat"
+    )
 
     def spark_conf(self) -> dict[str, str]:
         return {
@@ -207,7 +211,9 @@ class Plan(PlanModel):
     settings: PinnedSettings = Field(default_factory=PinnedSettings)
     steps: list[Step] = Field(min_length=2)
     output_schema: list[FieldSpec]
-    hash: str = Field(default="", description="Content hash (sha256 of the canonical plan without this field).")
+    hash: str = Field(
+        default="", description="Content hash (sha256 of the canonical plan without this field)."
+    )
 
     def step(self, step_id: str) -> Step:
         for step in self.steps:
