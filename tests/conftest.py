@@ -23,6 +23,23 @@ REPO = Path(__file__).resolve().parent.parent
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 
 
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Every SparkSession of the run gets the connector jars.
+
+    Jars load only when the JVM starts, i.e. with the first SparkSession of the process, whichever
+    test module creates it; PYSPARK_SUBMIT_ARGS reaches that first launch.
+    """
+    if not any(i.get_closest_marker("integration") or i.get_closest_marker("e2e") for i in items):
+        return
+    from sluice_dev.platform import sparkjars
+
+    try:
+        jars = ",".join(str(p) for p in sparkjars.jar_paths())
+    except common.PlatformError:
+        return  # the spark_jars fixture reports it, naming the log, in the tests that need it
+    os.environ.setdefault("PYSPARK_SUBMIT_ARGS", f"--jars {jars} pyspark-shell")
+
+
 @pytest.fixture(scope="session")
 def platform_state(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """State directory of the test run's platform (pid files, logs, data)."""
