@@ -235,3 +235,19 @@ def test_combined_changes_most_severe_wins(names: set[str]) -> None:
     assert d.decision == DECISION_FOR[expected]
     # every mutation shows up as at least one change
     assert len(d.changes) >= len(names)
+
+
+def test_output_mode_update_to_append_only_in_place_for_windowed_aggregations() -> None:
+    from upgrade_corpus import CORPUS, load
+
+    old, new = load(CORPUS / "31-output-mode.yaml").plans()  # windowed count, update -> append
+    d = classify(old, new, UpgradePolicy())
+    assert (d.category, d.decision) == ("data-selection", "in-place"), d.reasons
+    assert any(c.field == "outputMode" and (c.old, c.new) == ("update", "append") for c in d.changes)
+    # append -> update loses the windows waiting in the state for the watermark (pair 37)
+    d = classify(new, old, UpgradePolicy())
+    assert (d.category, d.decision) == ("topology", "replace"), d.reasons
+    # a plain (unwindowed) aggregation stays topology in both directions
+    for a, b in (("update", "append"), ("append", "update")):
+        d = classify(agg_plan(mode=a), agg_plan(mode=b), UpgradePolicy())
+        assert (d.category, d.decision) == ("topology", "replace"), d.reasons

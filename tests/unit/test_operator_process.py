@@ -1,93 +1,26 @@
-"""Operator process pieces: Lease leader election, kopf error translation, registration, logs."""
+"""Operator process pieces: kopf error translation, registration, logs, metrics, Kafka settings.
+
+Lease leader election talks to the API server: see tests/integration/test_reconcile_real.py.
+"""
 
 from __future__ import annotations
 
 import json
 import logging
-import threading
 
 import kopf
 import pytest
-from operator_fixtures import FakeKube
 from prometheus_client import CollectorRegistry
-from sluice.operator.kube import KubeError
-from sluice.operator.leader import LeaderElector
+from sluice.operator.kube import Kube, KubeError
 from sluice.operator.metrics import OperatorMetrics
 from sluice.operator.reconcile import Env, Retry, Stop
-
-
-def elector(kube: FakeKube, identity: str, lease: int = 15) -> LeaderElector:
-    return LeaderElector(kube, "ops", "sluice-operator", identity, lease_seconds=lease,  # type: ignore[arg-type]
-                         renew_seconds=0.01)
-
-
-def test_only_one_candidate_wins() -> None:
-    kube = FakeKube()
-    a, b = elector(kube, "a"), elector(kube, "b")
-    assert a.try_acquire() is True
-    assert b.try_acquire() is False
-    assert a.try_acquire() is True  # renewal
-    lease = kube.objects[("Lease", "ops", "sluice-operator")]
-    assert lease["spec"]["holderIdentity"] == "a"
-
-
-def test_expired_lease_is_taken_over_and_transitions_counted() -> None:
-    kube = FakeKube()
-    a, b = elector(kube, "a"), elector(kube, "b")
-    assert a.try_acquire()
-    kube.objects[("Lease", "ops", "sluice-operator")]["spec"]["renewTime"] = "2000-01-01T00:00:00.000000Z"
-    assert b.try_acquire() is True
-    spec = kube.objects[("Lease", "ops", "sluice-operator")]["spec"]
-    assert spec["holderIdentity"] == "b" and spec["leaseTransitions"] == 1
-    assert a.try_acquire() is False
-
-
-def test_release_hands_over_at_once() -> None:
-    kube = FakeKube()
-    a, b = elector(kube, "a"), elector(kube, "b")
-    assert a.try_acquire()
-    a.release()
-    assert b.try_acquire() is True
-
-
-def test_conflicting_update_loses() -> None:
-    kube = FakeKube()
-    a = elector(kube, "a")
-    assert a.try_acquire()
-    original_replace = kube.replace
-
-    def racing_replace(obj: dict) -> dict:
-        raise KubeError(409, {"message": "conflict"}, "PUT")
-
-    kube.replace = racing_replace  # type: ignore[method-assign]
-    kube.objects[("Lease", "ops", "sluice-operator")]["spec"]["renewTime"] = "2000-01-01T00:00:00.000000Z"
-    assert elector(kube, "b").try_acquire() is False
-    kube.replace = original_replace  # type: ignore[method-assign]
-
-
-def test_wait_for_leadership_stops_on_flag() -> None:
-    kube = FakeKube()
-    assert elector(kube, "a").try_acquire()
-    stop = threading.Event()
-    stop.set()
-    assert elector(kube, "b").wait_for_leadership(stop) is False
-
-
-def test_renewal_failure_sets_lost() -> None:
-    kube = FakeKube()
-    a = elector(kube, "a", lease=0)
-    assert a.try_acquire()
-    kube.objects[("Lease", "ops", "sluice-operator")]["spec"]["holderIdentity"] = "thief"
-    kube.objects[("Lease", "ops", "sluice-operator")]["spec"]["leaseDurationSeconds"] = 3600
-    stop, lost = threading.Event(), threading.Event()
-    a.keep_renewing(stop, lost)
-    assert lost.is_set()
 
 
 def test_errors_become_kopf_errors() -> None:
     from sluice.operator.handlers import _common
 
-    _common.configure(lambda: Env(kube=FakeKube(), metrics=OperatorMetrics(CollectorRegistry())))  # type: ignore[arg-type]
+    # no API call happens here: the client is never connected
+    _common.configure(lambda: Env(kube=Kube(None), metrics=OperatorMetrics(CollectorRegistry())))
     with pytest.raises(kopf.TemporaryError) as temp:
         with _common.kopf_errors("StreamingQuery", "reconcile"):
             raise Retry("cluster missing", 40)

@@ -28,6 +28,18 @@ def process_start_time(pid: int) -> str:
         return ""
 
 
+def image_paths(env: dict[str, str]) -> list[str]:
+    """Host paths that stand for the container image's own files (the project's source tree and
+    venv, the Python install, the connector jars). A pod volume mounted over an ancestor (an
+    emptyDir on /tmp while the checkout lives under /tmp) must not hide them."""
+    repo = Path(__file__).resolve().parents[3]
+    paths = {str(repo), sys.prefix, sys.base_prefix}
+    for jar in env.get("SLUICE_JARS", "").split(","):
+        if jar.strip():
+            paths.add(str(Path(jar.strip()).parent))
+    return sorted(paths)
+
+
 def exit_code_of(returncode: int) -> int:
     """Popen's ``-signum`` as the shell-style ``128 + signum``."""
     return 128 - returncode if returncode < 0 else returncode
@@ -84,6 +96,7 @@ class Container:
                     "env": env,
                     "cwd": cwd,
                     "mounts": mounts,
+                    "keep": image_paths(env),
                     "namespace": use_namespace,
                     "uts": use_namespace,
                     "hostname": hostname,

@@ -36,6 +36,14 @@ def _mount(src: str, dst: str, flags: int) -> None:
         raise OSError(err, f"mount {src} -> {dst}: {os.strerror(err)}")
 
 
+def _same_file(path: str, fd: int) -> bool:
+    try:
+        now, pinned = os.stat(path), os.fstat(fd)
+    except OSError:
+        return False
+    return (now.st_dev, now.st_ino) == (pinned.st_dev, pinned.st_ino)
+
+
 def bind(src: str, dst: str, read_only: bool) -> None:
     """Bind ``src`` on ``dst`` (creating the mount point: a directory, or a file for a file)."""
     if os.path.isdir(src):
@@ -63,8 +71,13 @@ def main(argv: list[str]) -> int:
             # Pin every source before mounting anything: a mount on /tmp (say) would otherwise
             # hide sources that live under /tmp. The fds are close-on-exec.
             fds = [os.open(mount["src"], os.O_PATH) for mount in mounts]
+            keep = {path: os.open(path, os.O_PATH) for path in spec.get("keep", []) if os.path.exists(path)}
             for mount, fd in zip(mounts, fds, strict=True):
                 bind(f"/proc/self/fd/{fd}", mount["dst"], bool(mount.get("readOnly")))
+            # the image's own files stay visible even under a volume mounted on an ancestor
+            for path, fd in keep.items():
+                if not _same_file(path, fd):
+                    bind(f"/proc/self/fd/{fd}", path, True)
         cwd = spec.get("cwd")
         if cwd:
             os.makedirs(cwd, exist_ok=True)

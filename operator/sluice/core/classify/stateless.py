@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from sluice.core.classify.common import IN_PLACE_ROWS, REPLACE, TRANSPARENT, Ctx, fmt
+from sluice.core.plan.model import STATEFUL_STEP_TYPES
 
 
 def _watermark(ctx: Ctx, old: Any, new: Any) -> set[str]:
@@ -180,6 +181,25 @@ def _source(ctx: Ctx, old: Any, new: Any) -> set[str]:
     return {"topic", "columns", "starting_offsets", "max_offsets_per_trigger", "malformed", "source"}
 
 
+#: Stateful steps whose state (and its watermark eviction) is the same in update and append mode.
+_SAME_STATE_IN_UPDATE_AND_APPEND = frozenset({"windowAggregateV1"})
+
+
+def _update_to_append_on_windows(ctx: Ctx, old_mode: str, new_mode: str) -> bool:
+    """update -> append where every stateful step of both plans is a windowed aggregation.
+
+    Update mode emits a group whenever it changes and drops it silently once the watermark passes
+    the window's end; append mode emits it at that moment. Switching update -> append therefore emits
+    every window still in the state once more, with its final value (evidence: corpus pair 31). The
+    other direction loses the windows waiting in the state (pair 37), and complete mode keeps groups
+    that the other modes evicted: those stay ``topology``.
+    """
+    if (old_mode, new_mode) != ("update", "append"):
+        return False
+    types = [s.type for lin in (ctx.old, ctx.new) for s in lin.plan.steps if s.type in STATEFUL_STEP_TYPES]
+    return bool(types) and all(t in _SAME_STATE_IN_UPDATE_AND_APPEND for t in types)
+
+
 def _sink(ctx: Ctx, old: Any, new: Any) -> set[str]:
     if old.topic != new.topic:
         ctx.add(
@@ -207,7 +227,21 @@ def _sink(ctx: Ctx, old: Any, new: Any) -> set[str]:
             f"(in-place).",
         )
     if old.output_mode != new.output_mode:
-        if ctx.stateful:
+        if _update_to_append_on_windows(ctx, old.output_mode, new.output_mode):
+            ctx.add(
+                "data-selection",
+                new.id,
+                "outputMode",
+                old.output_mode,
+                new.output_mode,
+                f"Step {new.id}: output mode changed from {fmt(old.output_mode)} to "
+                f"{fmt(new.output_mode)}. A windowed aggregation keeps the same state in both modes and "
+                f"drops a window from it when the watermark passes the window's end; from the upgrade "
+                f"on, each window is emitted once, with its final value, when it closes (windows "
+                f"updated before the upgrade were already emitted with their values so far). On its "
+                f"own this keeps state and offsets (in-place).",
+            )
+        elif ctx.stateful:
             ctx.add(
                 "topology",
                 new.id,

@@ -1,0 +1,636 @@
+"""Reconcile flows and Lease leader election against the real API server and a real Kafka broker.
+
+The product's own REST client (``sluice.operator.kube.Kube``) talks to the test run's real
+kube-apiserver (with the real controller-manager and scheduler; no kubelet, so pods stay Pending);
+sink topics live on the real broker. Objects and status are read back from the API server. Calls
+are recorded, and failures injected, by a subclass of the real client (``RecordingKube``); an
+unreachable Kafka is a QueryCluster pointing at a closed port.
+"""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pytest
+from prometheus_client import CollectorRegistry
+from sluice.operator.kube import SPEC_HASH, Kube, KubeError
+from sluice.operator.leader import LeaderElector
+from sluice.operator.metrics import OperatorMetrics
+from sluice.operator.reconcile import Env, Retry, Stop, delete_query, reconcile_cluster, reconcile_query
+
+pytestmark = pytest.mark.integration
+
+REPO = Path(__file__).resolve().parents[2]
+T = TypeVar("T")
+
+SQL = """SELECT customer, count(*) AS orders, sum(amount) AS total
+FROM orders GROUP BY customer"""
+WORKLOAD_KINDS = ("ConfigMap", "PersistentVolumeClaim", "ServiceAccount", "Role", "RoleBinding", "Service",
+                  "PodDisruptionBudget", "StatefulSet")
+WRITES = ("POST", "PUT", "PATCH", "DELETE")
+
+
+def eventually(check: Callable[[], T | None], *, timeout: float = 30.0, what: str) -> T:
+    deadline = time.monotonic() + timeout
+    last: Any = None
+    while time.monotonic() < deadline:
+        try:
+            last = check()
+            if last:
+                return last
+        except Exception as exc:  # transient API errors while things settle
+            last = exc
+        time.sleep(0.2)
+    raise AssertionError(f"timed out after {timeout:.0f}s waiting until {what} (last: {last!r})")
+
+
+def closed_port_address() -> str:
+    """``127.0.0.1:PORT`` where nothing listens: a Kafka that is down."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return f"127.0.0.1:{s.getsockname()[1]}"
+
+
+class RecordingKube(Kube):
+    """The real client; records each request and can fail one chosen request once (fault injection)."""
+
+    def __init__(self, api_client: Any) -> None:
+        super().__init__(api_client)
+        self.calls: list[tuple[str, str]] = []
+        self.fail_once: tuple[str, str] | None = None  # (method, path suffix)
+
+    def request(self, method: str, path: str, body: Any = None, *, content_type: str = "application/json",
+                query: dict[str, Any] | None = None) -> Any:
+        self.calls.append((method, path))
+        if self.fail_once and method == self.fail_once[0] and path.endswith(self.fail_once[1]):
+            self.fail_once = None
+            raise KubeError(500, {"message": "injected: the operator dies here"}, f"{method} {path}")
+        return super().request(method, path, body, content_type=content_type, query=query)
+
+    def writes(self) -> list[tuple[str, str]]:
+        return [c for c in self.calls if c[0] in WRITES]
+
+
+@pytest.fixture(scope="module")
+def crds(kube: Any) -> None:
+    subprocess.run([str(kube.bin_dir / "kubectl"), "apply", "--server-side", "-f", str(REPO / "crds")],
+                   env=kube.env(), check=True, capture_output=True)
+    for crd in ("streamingqueries.sluice.dev", "queryclusters.sluice.dev"):
+        subprocess.run([str(kube.bin_dir / "kubectl"), "wait", "--for=condition=Established",
+                        f"crd/{crd}", "--timeout=60s"], env=kube.env(), check=True, capture_output=True)
+
+
+class World:
+    """One test's namespace, client, Env (real compiler, classifier, Kafka admin) and recorded events."""
+
+    def __init__(self, kube: Any, namespace: str, kafka: str) -> None:
+        self.ns = namespace
+        self.kafka = kafka
+        self.k = RecordingKube(kube.api)
+        self.events: list[tuple[str, str]] = []
+        self.env = Env(kube=self.k, events=lambda body, t, reason, msg: self.events.append((reason, msg)),
+                       clock=lambda: "2026-01-01T00:00:00Z", metrics=OperatorMetrics(CollectorRegistry()),
+                       kafka_timeout=3.0)
+        self.topic = f"totals-{namespace}"  # topics are broker-wide: one per test
+        self.k.create({"apiVersion": "sluice.dev/v1alpha1", "kind": "QueryCluster",
+                       "metadata": {"name": "default", "namespace": namespace},
+                       "spec": {"serviceId": "shop", "kafka": {"bootstrapServers": kafka}}})
+
+    # -- objects ---------------------------------------------------------------------------
+    def query_spec(self, **overrides: Any) -> dict[str, Any]:
+        spec: dict[str, Any] = {
+            "sources": [{
+                "name": "orders", "topic": "orders",
+                "schema": [{"name": "order_id", "type": "string"}, {"name": "customer", "type": "string"},
+                           {"name": "amount", "type": "double"}],
+            }],
+            "sql": SQL,
+            "sink": {"topic": self.topic, "key": ["customer"], "outputMode": "update"},
+            "trigger": {"processingTime": "5 seconds"},
+        }
+        spec.update(overrides)
+        return spec
+
+    def add_query(self, name: str = "totals", **spec: Any) -> dict[str, Any]:
+        return self.k.create({"apiVersion": "sluice.dev/v1alpha1", "kind": "StreamingQuery",
+                              "metadata": {"name": name, "namespace": self.ns},
+                              "spec": self.query_spec(**spec)})
+
+    def current(self, name: str = "totals") -> dict[str, Any]:
+        obj = self.k.get("StreamingQuery", self.ns, name)
+        assert obj is not None
+        return obj
+
+    def status(self, name: str = "totals") -> dict[str, Any]:
+        return self.current(name).get("status") or {}
+
+    def edit(self, name: str = "totals", **spec: Any) -> dict[str, Any]:
+        return self.k.patch("StreamingQuery", self.ns, name, {"spec": spec})
+
+    def edit_cluster(self, **spec: Any) -> dict[str, Any]:
+        return self.k.patch("QueryCluster", self.ns, "default", {"spec": spec})
+
+    def of_kind(self, kind: str, query: str = "totals") -> list[dict[str, Any]]:
+        return self.k.list(kind, self.ns, f"sluice.dev/query={query}")
+
+    def kinds(self) -> set[str]:
+        return {kind for kind in WORKLOAD_KINDS if self.of_kind(kind)}
+
+    def sts(self) -> dict[str, Any]:
+        [sts] = self.of_kind("StatefulSet")
+        return sts
+
+    def reasons(self) -> list[str]:
+        return [r for r, _ in self.events]
+
+    # -- Kafka -----------------------------------------------------------------------------
+    def topic_partitions(self) -> dict[str, int]:
+        """Sink topics of this test on the broker -> partition count."""
+        from confluent_kafka.admin import AdminClient
+
+        meta = AdminClient({"bootstrap.servers": self.kafka}).list_topics(timeout=10)
+        return {t: len(m.partitions) for t, m in meta.topics.items() if t == self.topic}
+
+    def kafka_down(self) -> None:
+        self.edit_cluster(kafka={"bootstrapServers": closed_port_address()})
+
+    def kafka_up(self) -> None:
+        self.edit_cluster(kafka={"bootstrapServers": self.kafka})
+
+    def delete_after_drain(self, **kw: Any) -> None:
+        """delete_query once the StatefulSet controller has removed the (Pending) driver pods."""
+        def attempt() -> bool:
+            try:
+                delete_query(self.env, self.current(), **kw)
+            except Retry as exc:
+                if "drain" not in str(exc):
+                    raise
+                return False
+            return True
+
+        eventually(attempt, timeout=60, what="the driver drained and the finalizer completed")
+
+
+@pytest.fixture
+def world(kube: Any, namespace: str, kafka: str, crds: None) -> World:
+    return World(kube, namespace, kafka)
+
+
+def snapshot(w: World) -> dict[tuple[str, str], tuple[Any, ...]]:
+    """What the operator controls about each workload object (controllers may update status)."""
+    out: dict[tuple[str, str], tuple[Any, ...]] = {}
+    for kind in WORKLOAD_KINDS:
+        for obj in w.of_kind(kind):
+            meta = obj["metadata"]
+            out[(kind, meta["name"])] = (meta["uid"], meta.get("generation"),
+                                         (meta.get("annotations") or {}).get(SPEC_HASH),
+                                         meta.get("labels"), bool(meta.get("ownerReferences")),
+                                         obj.get("spec", {}).get("replicas"), obj.get("data"))
+    return out
+
+
+# --------------------------------------------------------------------------------------------
+# StreamingQuery reconcile
+# --------------------------------------------------------------------------------------------
+
+
+def test_create_pins_plan_then_builds_workload(world: World) -> None:
+    w = world
+    w.add_query()
+    w.k.calls.clear()
+    phase = reconcile_query(w.env, w.current())
+    assert phase == "Starting"
+    assert w.kinds() == {"ConfigMap", "PersistentVolumeClaim", "ServiceAccount", "Role", "RoleBinding",
+                         "Service", "PodDisruptionBudget", "StatefulSet"}
+    status = w.status()
+    assert status["observedGeneration"] == 1
+    assert status["plan"]["version"] == 1 and len(status["plan"]["hash"]) == 64
+    assert status["plan"]["configMap"] == f"totals-plan-{status['plan']['hash'][:12]}"
+    assert "rollout" not in status
+    assert status["identity"]["consumerGroup"] == f"shop.{w.ns}.totals.v1"
+    assert {c["type"] for c in status["conditions"]} == {"Ready", "Progressing", "Degraded"}
+    assert w.topic_partitions() == {w.topic: 1}
+    assert w.reasons() == ["TopicCreated", "PlanPinned", "WorkloadCreated"]
+    # write-ahead: the first status patch carried the rollout before any object was created
+    first_patch = next(i for i, c in enumerate(w.k.calls) if c[0] == "PATCH")
+    first_create = next(i for i, c in enumerate(w.k.calls) if c[0] == "POST")
+    assert first_patch < first_create
+    assert w.k.calls[first_patch][1].endswith("/streamingqueries/totals/status")
+
+
+def test_second_reconcile_is_idempotent_and_cheap(world: World) -> None:
+    w = world
+    w.add_query()
+    reconcile_query(w.env, w.current())
+    before, status_before = snapshot(w), w.status()
+    w.k.calls.clear()
+    reconcile_query(w.env, w.current())
+    assert not w.k.writes()
+    assert snapshot(w) == before
+    assert w.status() == status_before
+
+
+def test_restart_mid_create_resumes_without_duplicates(world: World) -> None:
+    w = world
+    w.add_query()
+    w.k.fail_once = ("POST", "/statefulsets")  # the operator "dies" right before the driver
+    with pytest.raises(KubeError):
+        reconcile_query(w.env, w.current())
+    assert w.status()["rollout"]["step"] == "Deploying"
+    assert w.of_kind("StatefulSet") == [] and len(w.of_kind("ConfigMap")) == 1
+    reconcile_query(w.env, w.current())
+    status = w.status()
+    assert "rollout" not in status and status["plan"]
+    assert len(w.of_kind("StatefulSet")) == 1 and len(w.of_kind("ConfigMap")) == 1
+
+
+def test_transparent_edit_is_applied_in_place(world: World) -> None:
+    w = world
+    w.add_query()
+    reconcile_query(w.env, w.current())
+    old = w.status()["plan"]
+    reconcile_query(w.env, w.edit(trigger={"processingTime": "10 seconds"}))
+    status = w.status()
+    assert status["plan"]["hash"] != old["hash"] and status["plan"]["version"] == 1
+    assert status["lastUpgrade"]["category"] == "transparent"
+    assert status["lastUpgrade"]["outcome"] == "Applied"
+    assert status["observedGeneration"] == 2
+    vol = next(v for v in w.sts()["spec"]["template"]["spec"]["volumes"] if v["name"] == "plan")
+    assert vol["configMap"]["name"] == status["plan"]["configMap"]
+    assert len(w.of_kind("ConfigMap")) == 2  # the old plan stays pinned for rollback
+    assert "UpgradeApplied" in w.reasons()
+
+
+def test_group_by_edit_waits_and_leaves_workload_alone(world: World) -> None:
+    w = world
+    w.add_query()
+    reconcile_query(w.env, w.current())
+    sts_before = w.sts()["spec"]
+    rv_before = snapshot(w)[("StatefulSet", "totals-driver")]
+    pinned = w.status()["plan"]
+    sql = "SELECT order_id, count(*) AS orders, sum(amount) AS total FROM orders GROUP BY order_id"
+    phase = reconcile_query(w.env, w.edit(sql=sql, sink={"topic": w.topic, "key": ["order_id"],
+                                                         "outputMode": "update"}))
+    status = w.status()
+    assert phase == "UpgradePending"
+    assert status["plan"] == pinned
+    assert status["rollout"]["step"] == "AwaitingUpgrade"
+    assert status["rollout"]["decision"] == "replace" and status["rollout"]["targetPlanVersion"] == 2
+    assert status["lastUpgrade"]["outcome"] == "Pending" and status["lastUpgrade"]["changes"]
+    assert w.sts()["spec"] == sts_before
+    assert snapshot(w)[("StatefulSet", "totals-driver")] == rv_before
+    # reconciling again changes nothing; reverting the edit cancels the pending upgrade
+    reconcile_query(w.env, w.current())
+    assert w.sts()["spec"] == sts_before
+    reconcile_query(w.env, w.edit(sql=SQL, sink=w.query_spec()["sink"]))
+    status = w.status()
+    assert "rollout" not in status and status["lastUpgrade"]["outcome"] == "Cancelled"
+    assert status["phase"] == "Starting"
+
+
+def test_suspend_and_resume(world: World) -> None:
+    w = world
+    w.add_query()
+    reconcile_query(w.env, w.current())
+    assert reconcile_query(w.env, w.edit(suspend=True)) == "Suspended"
+    assert w.sts()["spec"]["replicas"] == 0
+    assert len(w.of_kind("PersistentVolumeClaim")) == 1
+    assert reconcile_query(w.env, w.edit(suspend=False)) == "Starting"
+    assert w.sts()["spec"]["replicas"] == 1
+    assert "Suspended" in w.reasons() and "Resumed" in w.reasons()
+
+
+def test_invalid_sql_is_degraded_and_creates_nothing(world: World) -> None:
+    w = world
+    w.add_query(sql="SELECT customer, nope FROM orders")
+    with pytest.raises(Stop):
+        reconcile_query(w.env, w.current())
+    status = w.status()
+    assert status["phase"] == "Degraded"
+    err = status["lastCompileError"]
+    assert err["line"] == 1 and err["column"] is not None
+    degraded = next(c for c in status["conditions"] if c["type"] == "Degraded")
+    assert degraded["reason"] == "CompileFailed" and "line 1" in degraded["message"]
+    assert w.kinds() == set()
+    assert w.topic_partitions() == {}
+    assert w.reasons() == ["CompileFailed"]
+
+
+def test_invalid_sql_on_a_running_query_keeps_it_running(world: World) -> None:
+    w = world
+    w.add_query()
+    reconcile_query(w.env, w.current())
+    before = snapshot(w)
+    w.k.calls.clear()
+    with pytest.raises(Stop):
+        reconcile_query(w.env, w.edit(sql="SELEC oops"))
+    assert snapshot(w) == before
+    assert all("/streamingqueries/" in path for _, path in w.k.writes())
+    assert w.status()["plan"]
+
+
+def test_missing_cluster_retries_with_backoff(world: World) -> None:
+    w = world
+    w.add_query(clusterRef={"name": "nope"})
+    with pytest.raises(Retry) as info:
+        reconcile_query(w.env, w.current(), retry=2)
+    assert info.value.delay == 20
+    degraded = next(c for c in w.status()["conditions"] if c["type"] == "Degraded")
+    assert degraded["reason"] == "ClusterNotFound"
+    assert w.kinds() == set()
+    with pytest.raises(Retry):
+        reconcile_query(w.env, w.current(), retry=3)
+    assert w.reasons() == ["ClusterNotFound"]  # no event spam on retries
+
+
+def test_kafka_down_is_a_condition_and_a_retry(world: World) -> None:
+    w = world
+    w.kafka_down()
+    w.add_query()
+    with pytest.raises(Retry):
+        reconcile_query(w.env, w.current())
+    degraded = next(c for c in w.status()["conditions"] if c["type"] == "Degraded")
+    assert degraded["reason"] == "KafkaUnreachable"
+    w.kafka_up()
+    assert reconcile_query(w.env, w.current()) == "Starting"
+    degraded = next(c for c in w.status()["conditions"] if c["type"] == "Degraded")
+    assert degraded["status"] == "False"
+
+
+# --------------------------------------------------------------------------------------------
+# deletion
+# --------------------------------------------------------------------------------------------
+
+
+def test_delete_with_retain_keeps_claim_and_topic(world: World) -> None:
+    w = world
+    w.add_query()
+    reconcile_query(w.env, w.current())
+    w.delete_after_drain(retry=0, runtime_seconds=0)
+    assert w.sts()["spec"]["replicas"] == 0
+    assert len(w.of_kind("PersistentVolumeClaim")) == 1
+    assert w.topic_partitions() == {w.topic: 1}
+    assert "StateRetained" in w.reasons()
+
+
+def test_delete_with_delete_removes_claim_and_topic(world: World) -> None:
+    w = world
+    w.add_query(deletionPolicy="Delete")
+    reconcile_query(w.env, w.current())
+    assert w.of_kind("PersistentVolumeClaim")[0]["metadata"]["ownerReferences"]
+    w.delete_after_drain(retry=0, runtime_seconds=0)
+    eventually(lambda: not [c for c in w.of_kind("PersistentVolumeClaim")
+                            if not c["metadata"].get("deletionTimestamp")],
+               what="the state claim is gone")
+    eventually(lambda: w.topic_partitions() == {}, what="the sink topic is gone from the broker")
+    assert [m for r, m in w.events if r == "TopicDeleted"] == [f"deleted topic {w.topic!r}"]
+    assert {"TopicDeleted", "StateDeleted"} <= set(w.reasons())
+
+
+def test_delete_never_hangs_when_kafka_is_gone(world: World) -> None:
+    w = world
+    w.add_query(deletionPolicy="Delete")
+    reconcile_query(w.env, w.current())
+    w.kafka_down()
+
+    def kafka_retry() -> bool:
+        try:
+            delete_query(w.env, w.current(), retry=0, runtime_seconds=0)
+        except Retry as exc:
+            return "drain" not in str(exc)
+        raise AssertionError("delete_query finished although Kafka is down")
+
+    eventually(kafka_retry, timeout=60, what="the finalizer retries because Kafka is down")
+    delete_query(w.env, w.current(), retry=3, runtime_seconds=30)  # gives up, releases
+    assert "TopicCleanupFailed" in w.reasons()
+    assert w.topic_partitions() == {w.topic: 1}
+
+
+def test_delete_waits_for_drain_then_gives_up(world: World, kube: Any) -> None:
+    w = world
+    w.add_query()
+    reconcile_query(w.env, w.current())
+    # a driver pod the StatefulSet controller does not own, so it stays while draining
+    pod = {"apiVersion": "v1", "kind": "Pod",
+           "metadata": {"name": "stuck-driver", "namespace": w.ns, "labels": {
+               "sluice.dev/query": "totals", "app.kubernetes.io/component": "driver"}},
+           "spec": {"containers": [{"name": "c", "image": "busybox"}], "automountServiceAccountToken": False}}
+    eventually(lambda: w.k.create(pod), what="the pod is created (default ServiceAccount exists)")
+    with pytest.raises(Retry):
+        delete_query(w.env, w.current(), retry=0, runtime_seconds=10)
+    delete_query(w.env, w.current(), retry=5, runtime_seconds=10_000)
+    assert "DrainTimedOut" in w.reasons()
+
+
+def test_switching_deletion_policy_adopts_or_releases_the_claim(world: World) -> None:
+    w = world
+    w.add_query()
+    reconcile_query(w.env, w.current())
+    assert not w.of_kind("PersistentVolumeClaim")[0]["metadata"].get("ownerReferences")
+    reconcile_query(w.env, w.edit(deletionPolicy="Delete"))
+    assert w.of_kind("PersistentVolumeClaim")[0]["metadata"]["ownerReferences"]
+    reconcile_query(w.env, w.edit(deletionPolicy="Retain"))
+    assert not w.of_kind("PersistentVolumeClaim")[0]["metadata"].get("ownerReferences")
+
+
+# --------------------------------------------------------------------------------------------
+# QueryCluster, driver readiness, identity
+# --------------------------------------------------------------------------------------------
+
+
+def test_cluster_status(world: World) -> None:
+    w = world
+    body = w.k.get("QueryCluster", w.ns, "default")
+    assert body is not None and body["metadata"]["generation"] == 1
+    assert reconcile_cluster(w.env, body) == "Ready"
+    qc = w.k.get("QueryCluster", w.ns, "default")
+    assert qc is not None and qc["status"]["image"].startswith("sluice-runtime:")
+    assert qc["status"]["phase"] == "Ready" and qc["status"]["observedGeneration"] == 1
+    down = w.edit_cluster(kafka={"bootstrapServers": closed_port_address()})
+    with pytest.raises(Retry):
+        reconcile_cluster(w.env, down)
+    qc = w.k.get("QueryCluster", w.ns, "default")
+    assert qc is not None and qc["status"]["phase"] == "Degraded"
+
+
+def set_driver_pod_ready(w: World, ready: bool) -> None:
+    """There is no kubelet: report the driver pod's readiness through its status, as a kubelet would."""
+    pod = eventually(lambda: w.k.get("Pod", w.ns, "totals-driver-0"), what="the driver pod exists")
+    conditions = [{"type": t, "status": "True" if ready else "False"} for t in ("Ready", "ContainersReady")]
+    w.k.patch("Pod", w.ns, pod["metadata"]["name"],
+              {"status": {"phase": "Running", "conditions": conditions}}, sub="status")
+
+
+def sts_with_ready_replicas(w: World, count: int) -> dict[str, Any]:
+    def check() -> dict[str, Any] | None:
+        sts = w.sts()
+        status = sts.get("status") or {}
+        settled = (status.get("observedGeneration") == sts["metadata"]["generation"]
+                   and (status.get("updatedReplicas") or 0) >= 1)
+        return sts if settled and (status.get("readyReplicas") or 0) == count else None
+
+    return eventually(check, timeout=60, what=f"the StatefulSet controller reports {count} ready")
+
+
+def test_driver_readiness_updates_ready_condition(world: World) -> None:
+    from sluice.operator.handlers import _common, query_driver
+
+    w = world
+    w.add_query()
+    reconcile_query(w.env, w.current())
+    _common.configure(lambda: w.env)
+    set_driver_pod_ready(w, True)
+    sts = sts_with_ready_replicas(w, 1)
+    query_driver.handle(sts, namespace=w.ns, type="MODIFIED")
+    status = w.status()
+    assert status["ready"] is True and status["phase"] == "Running"
+    ready = next(c for c in status["conditions"] if c["type"] == "Ready")
+    assert ready["reason"] == "DriverReady"
+    w.k.calls.clear()
+    query_driver.handle(sts, namespace=w.ns, type="MODIFIED")  # unchanged: no API call at all
+    assert w.k.calls == []
+    set_driver_pod_ready(w, False)
+    query_driver.handle(sts_with_ready_replicas(w, 0), namespace=w.ns, type="MODIFIED")
+    assert w.status()["phase"] == "Starting"
+    # a steady reconcile keeps reporting what the StatefulSet says
+    set_driver_pod_ready(w, True)
+    sts_with_ready_replicas(w, 1)
+    assert reconcile_query(w.env, w.current()) == "Running"
+
+
+def test_service_id_is_pinned_at_creation(world: World) -> None:
+    w = world
+    w.add_query()
+    reconcile_query(w.env, w.current())
+    assert w.status()["identity"]["serviceId"] == "shop"
+    checkpoint = w.status()["identity"]["checkpointPath"]
+    w.edit_cluster(serviceId="renamed")
+    reconcile_query(w.env, w.current())
+    container = w.sts()["spec"]["template"]["spec"]["containers"][0]
+    env_vars = {e["name"]: e.get("value") for e in container["env"]}
+    assert env_vars["SLUICE_CHECKPOINT"] == checkpoint
+    assert w.status()["identity"]["serviceId"] == "shop"
+
+
+def test_cluster_changes_reach_the_driver(world: World) -> None:
+    w = world
+    w.add_query()
+    reconcile_query(w.env, w.current())
+    w.edit_cluster(image="registry/sluice-runtime:2")
+    reconcile_query(w.env, w.current())
+    assert w.sts()["spec"]["template"]["spec"]["containers"][0]["image"] == "registry/sluice-runtime:2"
+
+
+def test_cluster_change_pokes_its_queries_once(world: World) -> None:
+    from sluice.operator.reconcile import CLUSTER_REVISION, poke_queries_of_cluster
+
+    w = world
+    w.add_query("a")
+    w.add_query("b", clusterRef={"name": "other"})
+    qc = w.edit_cluster(image="registry/sluice-runtime:2")
+    meta = qc["metadata"]
+    assert meta["generation"] == 2
+    assert poke_queries_of_cluster(w.env, qc) == 1
+    assert w.current("a")["metadata"]["annotations"][CLUSTER_REVISION] == f"{meta['uid'][:8]}-2"
+    assert CLUSTER_REVISION not in (w.current("b")["metadata"].get("annotations") or {})
+    assert poke_queries_of_cluster(w.env, qc) == 0
+
+
+# --------------------------------------------------------------------------------------------
+# Lease leader election
+# --------------------------------------------------------------------------------------------
+
+LEASE = "sluice-operator"
+
+
+@pytest.fixture
+def lease_kube(kube: Any) -> Kube:
+    return Kube(kube.api)
+
+
+def elector(k: Kube, namespace: str, identity: str, lease: int = 15) -> LeaderElector:
+    return LeaderElector(k, namespace, LEASE, identity, lease_seconds=lease, renew_seconds=0.01)
+
+
+def lease_spec(k: Kube, namespace: str) -> dict[str, Any]:
+    obj = k.get("Lease", namespace, LEASE)
+    assert obj is not None
+    return dict(obj["spec"])
+
+
+def expire(k: Kube, namespace: str) -> None:
+    k.patch("Lease", namespace, LEASE, {"spec": {"renewTime": "2000-01-01T00:00:00.000000Z"}})
+
+
+def test_only_one_candidate_wins(lease_kube: Kube, namespace: str) -> None:
+    a, b = elector(lease_kube, namespace, "a"), elector(lease_kube, namespace, "b")
+    assert a.try_acquire() is True
+    assert b.try_acquire() is False
+    assert a.try_acquire() is True  # renewal
+    assert lease_spec(lease_kube, namespace)["holderIdentity"] == "a"
+
+
+def test_expired_lease_is_taken_over_and_transitions_counted(lease_kube: Kube, namespace: str) -> None:
+    a, b = elector(lease_kube, namespace, "a"), elector(lease_kube, namespace, "b")
+    assert a.try_acquire()
+    expire(lease_kube, namespace)
+    assert b.try_acquire() is True
+    spec = lease_spec(lease_kube, namespace)
+    assert spec["holderIdentity"] == "b" and spec["leaseTransitions"] == 1
+    assert a.try_acquire() is False
+
+
+def test_release_hands_over_at_once(lease_kube: Kube, namespace: str) -> None:
+    a, b = elector(lease_kube, namespace, "a"), elector(lease_kube, namespace, "b")
+    assert a.try_acquire()
+    a.release()
+    assert b.try_acquire() is True
+
+
+class RacingKube(Kube):
+    """The real client; just before this candidate's replace, another writer moves the Lease."""
+
+    def replace(self, obj: dict[str, Any]) -> dict[str, Any]:
+        if obj["kind"] == "Lease":
+            meta = obj["metadata"]
+            Kube(self.api).patch("Lease", meta["namespace"], meta["name"],
+                                 {"metadata": {"annotations": {"raced": uuid.uuid4().hex}}})
+        return super().replace(obj)
+
+
+def test_conflicting_update_loses(kube: Any, lease_kube: Kube, namespace: str) -> None:
+    a = elector(lease_kube, namespace, "a")
+    assert a.try_acquire()
+    expire(lease_kube, namespace)
+    assert elector(RacingKube(kube.api), namespace, "b").try_acquire() is False  # a real 409
+    assert lease_spec(lease_kube, namespace)["holderIdentity"] == "a"
+
+
+def test_wait_for_leadership_stops_on_flag(lease_kube: Kube, namespace: str) -> None:
+    assert elector(lease_kube, namespace, "a").try_acquire()
+    stop = threading.Event()
+    stop.set()
+    assert elector(lease_kube, namespace, "b").wait_for_leadership(stop) is False
+
+
+def test_renewal_failure_sets_lost(lease_kube: Kube, namespace: str) -> None:
+    a = elector(lease_kube, namespace, "a", lease=1)  # the API server rejects 0 (must be > 0)
+    assert a.try_acquire()
+    lease_kube.patch("Lease", namespace, LEASE,
+                     {"spec": {"holderIdentity": "thief", "leaseDurationSeconds": 3600}})
+    stop, lost = threading.Event(), threading.Event()
+    guard = threading.Timer(20, stop.set)  # never hang the run if renewal kept "succeeding"
+    guard.start()
+    try:
+        a.keep_renewing(stop, lost)
+    finally:
+        guard.cancel()
+    assert lost.is_set()
+
