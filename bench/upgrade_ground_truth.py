@@ -83,9 +83,14 @@ def summary(outcomes: list[h.Outcome]) -> str:
     c = Counter(o.spark for o in outcomes)
     agree = sum(o.consistent for o in outcomes)
     parts = ", ".join(f"{n} {k}" for k, n in sorted(c.items()))
+    tail = (
+        "every pair"
+        if agree == len(outcomes)
+        else f"{agree} of {len(outcomes)}; the others are discussed in docs/upgrades.md"
+    )
     return (
         f"Summary: {len(outcomes)} pairs; Spark forced in place: {parts}. The ground truth agrees with the "
-        f"verdict for {agree} of {len(outcomes)}; the others are discussed in docs/upgrades.md."
+        f"verdict for {tail}."
     )
 
 

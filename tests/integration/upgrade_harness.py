@@ -231,10 +231,11 @@ def in_place_reference(name: str, doc: dict[str, Any]) -> list[Row] | None:
     """For a ``replace`` pair, what a CORRECT in-place restart would emit after the restart (old rules
     for records processed before the upgrade, new rules after), where that is well defined."""
     if name == "join-time-condition":
-        # every match with at least one side arriving after the restart, under the NEW range (10 min)
+        # every match with at least one side arriving after the restart, under the NEW range
         of, osec = records("orders", 0, doc), records("orders", 1, doc)
         pf, psec = records("payments", 0, doc), records("payments", 1, doc)
-        return _join_rows(of + osec, psec, 10) + _join_rows(osec, pf, 10)
+        rng = int((doc.get("input") or {}).get("newRangeMinutes", 10))
+        return _join_rows(of + osec, psec, rng) + _join_rows(osec, pf, rng)
     return None
 
 
@@ -328,8 +329,9 @@ def consume_all(bootstrap: str, topic: str) -> list[tuple[str | None, Row]]:
                 if m is None or m.error():
                     continue
                 got += 1
-                key = m.key().decode() if m.key() is not None else None
-                out.append((key, json.loads(m.value())))
+                raw_key, value = m.key(), m.value()
+                key = raw_key.decode() if isinstance(raw_key, bytes) else raw_key
+                out.append((key, json.loads(value or b"null")))
         return out
     finally:
         c.close()

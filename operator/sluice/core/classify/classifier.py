@@ -5,11 +5,13 @@ Rules (docs/upgrades.md explains each with the Spark evidence):
 - plan format downgrade, unknown format or step types -> ``unsupported`` -> ``reject``;
 - pinned settings, Spark version, stateful operators (added, removed, reordered, their keys,
   aggregates, windows, session gaps, join type/keys/conditions, buffered join rows, dedup columns,
-  watermarks feeding them, the output mode of a stateful query) -> ``topology`` -> ``replace``;
+  watermarks feeding them, the output mode of a stateful query except update -> append over
+  windowed aggregations only) -> ``topology`` -> ``replace``;
 - source topics or the set of sources -> ``source-modifying`` -> ``replace``;
 - output columns added/removed/renamed/retyped/reordered, sink key -> ``schema-evolution`` ->
   ``in-place`` (a change that also touches state is reported separately as topology, which wins);
-- filters, HAVING, projections not feeding state, source columns, sink topic, malformed handling
+- filters, HAVING, projections not feeding state, source columns, sink topic, malformed handling,
+  output mode update -> append when every stateful operator is a windowed aggregation
   -> ``data-selection`` -> ``in-place``;
 - trigger interval, rate limit, starting offsets, delivery -> ``transparent`` -> ``in-place``.
 The most severe category decides; ``replace`` becomes ``reject`` when the policy forbids it.
