@@ -24,11 +24,15 @@ os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Every SparkSession of the run gets the connector jars.
+    """End-to-end tests run last, and every SparkSession of the run gets the connector jars.
+
+    The e2e cluster (a cluster-wide operator and a Ready node) lives until the session ends, so
+    whatever order the paths were given in, nothing else runs while it does.
 
     Jars load only when the JVM starts, i.e. with the first SparkSession of the process, whichever
     test module creates it; PYSPARK_SUBMIT_ARGS reaches that first launch.
     """
+    items.sort(key=lambda i: i.get_closest_marker("e2e") is not None)  # stable: keeps the rest's order
     if not any(i.get_closest_marker("integration") or i.get_closest_marker("e2e") for i in items):
         return
     from sluice_dev.platform import sparkjars

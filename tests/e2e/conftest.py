@@ -11,9 +11,12 @@ from cluster import E2ECluster
 from sluice_dev.platform import common
 
 
-@pytest.fixture(scope="package")
+@pytest.fixture(scope="session")
 def cluster(request: pytest.FixtureRequest) -> Iterator[E2ECluster]:
-    """A cluster with the operator running; package-scoped so it stops before other suites."""
+    """A cluster with the operator running, until the test session ends.
+
+    The e2e suite runs last (``testpaths`` and ``make test`` order it so): its cluster-wide
+    operator and Ready node would otherwise act on what the integration tests create."""
     if os.environ.get("E2E_CLUSTER", "local") == "kind":
         yield E2ECluster(
             kubeconfig=Path(os.environ.get("KUBECONFIG", str(Path.home() / ".kube" / "config"))),
@@ -29,7 +32,8 @@ def cluster(request: pytest.FixtureRequest) -> Iterator[E2ECluster]:
     state: Path = request.getfixturevalue("platform_state")
     kubectl = kube.bin_dir / "kubectl"
     try:
-        nodeagent.start(state, kube.kubeconfig)
+        # the Node goes away with the agent, so later suites never schedule onto a dead node
+        nodeagent.start(state, kube.kubeconfig, extra_args=["--delete-node-on-exit"])
         operator.start(state, kube.kubeconfig, kubectl)
     except common.PlatformError as exc:
         operator.stop(state)
@@ -40,3 +44,6 @@ def cluster(request: pytest.FixtureRequest) -> Iterator[E2ECluster]:
     finally:
         operator.stop(state)
         nodeagent.stop(state)
+        cluster = E2ECluster(kubeconfig=kube.kubeconfig, kubectl_bin=kubectl, bootstrap=bootstrap)
+        cluster.kubectl("delete", "node", nodeagent.NODE_NAME, "--ignore-not-found", "--wait=false",
+                        check=False)

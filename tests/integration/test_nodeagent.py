@@ -71,7 +71,14 @@ class Agent:
             "apiVersion": "v1",
             "kind": "Pod",
             "metadata": {"name": name, "labels": {"test": name}},
-            "spec": {"containers": containers, "terminationGracePeriodSeconds": 5, **spec},
+            # pinned to this test's node through the scheduler: another agent (a developer's
+            # platform, an earlier suite) may have a Ready node on the same API server
+            "spec": {
+                "containers": containers,
+                "terminationGracePeriodSeconds": 5,
+                "nodeSelector": {"kubernetes.io/hostname": NODE},
+                **spec,
+            },
         }
         return self.create(ns, "pods", body)
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -62,3 +63,23 @@ def test_missing_executable_is_a_platform_error(tmp_path: Path) -> None:
 def test_run_logged_failure_names_component(tmp_path: Path) -> None:
     with pytest.raises(common.PlatformError, match=r"^mvn: .*exit code 2"):
         common.run_logged("mvn", ["bash", "-c", "echo nope; exit 2"], log_path=tmp_path / "p.log")
+
+
+def test_a_component_with_a_dead_process_behind_a_live_endpoint_is_not_healthy(tmp_path: Path) -> None:
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen()
+        endpoint = f"127.0.0.1:{server.getsockname()[1]}"
+        kube_dir = tmp_path / "kube"
+        kube_dir.mkdir()
+        alive = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+        dead = subprocess.Popen([sys.executable, "-c", "pass"])
+        dead.wait()
+        try:
+            (kube_dir / "kube-apiserver.pid").write_text(str(alive.pid))
+            assert orchestrate._healthy("kube", {"probe": endpoint}, tmp_path)
+            (kube_dir / "etcd.pid").write_text(str(dead.pid))  # etcd died, the apiserver still answers
+            assert not orchestrate._healthy("kube", {"probe": endpoint}, tmp_path)
+        finally:
+            alive.kill()
+            alive.wait()

@@ -38,10 +38,24 @@ def _save_state(state_dir: Path, state: dict[str, Any]) -> None:
     (state_dir / "state.json").write_text(json.dumps(state, indent=2, sort_keys=True))
 
 
-def _healthy(name: str, entry: dict[str, Any]) -> bool:
-    """Is a previously started component still answering?"""
+def _processes_alive(directory: Path) -> bool:
+    """Is every process a component wrote a pid file for still running? A component whose
+    endpoint answers but one of whose processes died (etcd, the controller manager, the
+    scheduler behind a live kube-apiserver) is not healthy: ``up`` restarts it whole."""
+    pid_files = sorted(directory.glob("*.pid"))
+    for pid_file in pid_files:
+        pid = common.read_pid(pid_file)
+        if pid is None or not common.pid_alive(pid):
+            return False
+    return True
+
+
+def _healthy(name: str, entry: dict[str, Any], state_dir: Path | None = None) -> bool:
+    """Is a previously started component still answering, with all of its processes alive?"""
     endpoint = entry.get("probe")
     if not endpoint:
+        return False
+    if state_dir is not None and not _processes_alive(state_dir / name):
         return False
     host, _, port = str(endpoint).rpartition(":")
     return common.port_open(host, int(port))
@@ -84,7 +98,7 @@ def up(state_dir: Path, log: Callable[[str], None] = print, with_nodeagent: bool
             log(f"{name}: not available in this checkout, skipped")
             continue
         entry = state.get(name)
-        if entry and _healthy(name, entry):
+        if entry and _healthy(name, entry, state_dir):
             log(f"{name}: already running ({entry.get('probe')})")
             continue
         if hasattr(module, "provision"):
