@@ -77,8 +77,11 @@ class E2ECluster:
         pod = self.driver_pod(namespace, query)
         assert pod is not None, "no driver pod"
         if self.kind == "kind":
-            self.kubectl("exec", "-n", namespace, pod["metadata"]["name"], "--",
-                         "sh", "-c", "kill -9 $(pgrep -f sluice-runtime | head -1)")
+            # the runtime is the container's PID 1, which ignores a SIGKILL sent from inside its
+            # own PID namespace: kill it from the kind node (a container of the Docker engine)
+            node = pod["spec"]["nodeName"]
+            subprocess.run(["docker", "exec", node, "pkill", "-9", "-f", "sluice-runtime run"],
+                           check=True, capture_output=True, timeout=60)
         else:
             status = pod["status"]["containerStatuses"][0]
             pid = int(status["containerID"].removeprefix("sluice://"))

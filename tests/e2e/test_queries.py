@@ -65,13 +65,13 @@ def consume(bootstrap: str, topic: str, want: int, timeout: float, committed: bo
     return out
 
 
-def cluster_doc(ns: str, bootstrap: str, service_id: str = "e2e") -> dict[str, Any]:
+def cluster_doc(ns: str, bootstrap: str, service_id: str = "e2e", **extra: Any) -> dict[str, Any]:
     return {
         "apiVersion": "sluice.dev/v1alpha1", "kind": "QueryCluster",
         "metadata": {"name": "default", "namespace": ns},
         "spec": {"serviceId": service_id, "kafka": {"bootstrapServers": bootstrap},
                  "driver": {"requests": {"cpu": "100m", "memory": "512Mi"}},
-                 "sparkConf": {"spark.driver.memory": "768m"}},
+                 "sparkConf": {"spark.driver.memory": "768m"}, **extra},
     }
 
 
@@ -180,6 +180,59 @@ def test_stream_stream_join_matches_orders_with_shipments(cluster: E2ECluster, n
          for i in range(0, 20, 2)), key=lambda r: r["order_id"])
     got = consume(cluster.bootstrap, out, len(expected), READY_TIMEOUT)
     assert sorted(got, key=lambda r: r["order_id"]) == expected, cluster.diagnostics(ns)
+
+
+def executor_pods(cluster: E2ECluster, ns: str, query: str) -> list[dict[str, Any]]:
+    out = cluster.kubectl("get", "pods", "-n", ns, "-l", f"sluice.dev/query={query}",
+                          "-l", "app.kubernetes.io/component=executor", "-o", "json", check=False)
+    return list(json.loads(out).get("items", [])) if out.strip() else []
+
+
+def test_executors_created_by_spark_s_kubernetes_scheduler_run_a_stateful_query(
+    cluster: E2ECluster, ns: str
+) -> None:
+    src, out = f"{ns}-sales", f"{ns}-sales-per-shop"
+    create_topics(cluster.bootstrap, src, out)
+    cluster.apply(
+        cluster_doc(ns, cluster.bootstrap, executors=2,
+                    executor={"requests": {"cpu": "250m", "memory": "512Mi"}}),
+        query_doc(ns, "sales", {
+            "sources": [{"name": "sales", "topic": src, "schema": [
+                {"name": "shop", "type": "string"}, {"name": "qty", "type": "int"}]}],
+            "sql": "SELECT shop, count(*) AS orders, sum(qty) AS total FROM sales GROUP BY shop",
+            "sink": {"topic": out, "outputMode": "update", "key": ["shop"]},
+            "trigger": {"processingTime": "1 second"},
+        }))
+
+    def running_executors() -> list[dict[str, Any]] | None:
+        pods = [p for p in executor_pods(cluster, ns, "sales") if p["status"].get("phase") == "Running"]
+        return pods if len(pods) == 2 else None
+
+    executors = cluster.wait_for("two executor pods created by Spark", running_executors, READY_TIMEOUT)
+    driver = cluster.driver_pod(ns, "sales")
+    assert driver is not None
+    for pod in executors:  # owned by the driver pod: they go when it goes
+        assert [o["uid"] for o in pod["metadata"]["ownerReferences"]] == [driver["metadata"]["uid"]]
+
+    def latest(want: dict[str, tuple[int, int]]) -> dict[str, tuple[int, int]] | None:
+        seen = {r["shop"]: (r["orders"], r["total"])
+                for r in consume(cluster.bootstrap, out, 10_000, 5)}
+        return seen if seen == want else None
+
+    # with a k8s:// master the driver runs no tasks: every result below was computed by the
+    # executors, and the second batch's counts come from the state they keep in the state claim
+    first = [{"shop": f"s{i % 4}", "qty": i} for i in range(40)]
+    produce(cluster.bootstrap, src, first)
+    want = {f"s{k}": (10, sum(i for i in range(40) if i % 4 == k)) for k in range(4)}
+    cluster.wait_for("the first counts", lambda: latest(want), READY_TIMEOUT)
+    produce(cluster.bootstrap, src, [{"shop": "s1", "qty": 100}, {"shop": "s5", "qty": 7}])
+    want = {**want, "s1": (11, want["s1"][1] + 100), "s5": (1, 7)}
+    assert cluster.wait_for("counts that carry the executors' state", lambda: latest(want), 120), (
+        cluster.diagnostics(ns))
+    wait_ready(cluster, ns, "sales")
+    cluster.kubectl("delete", "sq", "sales", "-n", ns, "--timeout=180s")
+    cluster.wait_for("the executor pods to go away with the driver",
+                     lambda: not executor_pods(cluster, ns, "sales"), 180)
 
 
 def counting_query(ns: str, src: str, out: str, delivery: str, **extra: Any) -> dict[str, Any]:

@@ -31,7 +31,3 @@ def metrics_service(ctx: QueryContext) -> dict[str, Any]:
         },
     }
 
-
-def driver_host(ctx: QueryContext) -> str:
-    """Stable DNS name of the driver pod (StatefulSet pod behind the headless Service)."""
-    return f"{ctx.names.driver}-0.{ctx.names.metrics_service}.{ctx.namespace}.svc"

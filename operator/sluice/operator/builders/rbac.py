@@ -11,7 +11,8 @@ from sluice.operator.builders.context import QueryContext
 EXECUTOR_RULES: list[dict[str, Any]] = [
     {"apiGroups": [""], "resources": ["pods"],
      "verbs": ["create", "get", "list", "watch", "delete", "deletecollection", "patch"]},
-    {"apiGroups": [""], "resources": ["services"], "verbs": ["create", "get", "list", "delete"]},
+    {"apiGroups": [""], "resources": ["services"],
+     "verbs": ["create", "get", "list", "delete", "deletecollection"]},
     {"apiGroups": [""], "resources": ["configmaps"],
      "verbs": ["create", "get", "list", "watch", "delete", "deletecollection"]},
     {"apiGroups": [""], "resources": ["persistentvolumeclaims"],
