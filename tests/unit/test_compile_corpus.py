@@ -74,3 +74,5 @@ def test_invalid_query_is_refused_clearly(path: Path) -> None:
     assert location == want_location, problem.render()
     assert fragment in problem.message
     assert problem.field, "every problem names a manifest field"
+    if problem.field == "spec.sql":
+        assert problem.line is not None and problem.column is not None, "every SQL problem is located"

@@ -94,3 +94,160 @@ def test_all_spec_problems_are_reported_together() -> None:
 def test_trigger_is_normalized() -> None:
     plan = compile_query(spec("SELECT * FROM orders", trigger={"processingTime": "5 SECONDS"}))
     assert plan.sink.trigger.processing_time == "5 seconds"
+
+
+# -- defects found by the audit ------------------------------------------------------------------
+
+ORDERS_WIDE: dict[str, Any] = dict(
+    ORDERS,
+    schema=[
+        *ORDERS["schema"],
+        {"name": "info", "type": "struct<a:int,b:string>"},
+        {"name": "tags", "type": "array<string>"},
+    ],
+)
+
+
+def wide(sql: str, **extra: Any) -> QuerySpec:
+    data = {"sources": [ORDERS_WIDE, PAYMENTS], "sql": sql, "sink": {"topic": "out"}, **extra}
+    return QuerySpec.model_validate(data)
+
+
+UPDATE = {"topic": "out", "outputMode": "update"}
+
+
+def problem_of(sql: str) -> Any:
+    with pytest.raises(CompileError) as info:
+        compile_query(wide(sql))
+    return info.value.problems[0]
+
+
+BAD_SQL = [
+    "SELECT FROM orders",
+    "SELECT DISTINCT FROM orders",
+    "SELECT order_id,, Amount FROM orders",
+    "SELECT order_id, FROM orders",
+    "SELECT , order_id FROM orders",
+    "SELECT upper(order_id,) AS u FROM orders",
+    "SELECT order_id FROM orders,",
+    "SELECT count(*) AS n FROM orders GROUP BY",
+    "SELECT order_id FROM",
+    "SELECT * FROM orders JOIN",
+    "SELECT * FROM range(10)",
+    "SELECT upper(order_id, 1) AS u FROM orders",
+    "SELECT upper() AS u FROM orders",
+    "SELECT order_id FROM orders o WHERE o.",
+    "SELECT CAST(order_id AS money) AS m FROM orders",
+    "SELECT CAST(order_id AS jsonb) AS m FROM orders",
+    "SELECT CAST(order_id AS uuid) AS m FROM orders",
+    "SELECT CAST(order_id AS text) AS m FROM orders",
+    "SELECT CAST(order_id AS varchar) AS m FROM orders",
+    "SELECT CAST(order_id AS array<text>) AS m FROM orders",
+    "SELECT CAST(Amount AS decimal(5,7)) AS m FROM orders",
+    "SELECT CAST(info AS int) AS m FROM orders",
+    "SELECT CAST(tags AS timestamp) AS m FROM orders",
+    "SELECT order_id FROM orders WHERE ts > ts - INTERVAL 1 FORTNIGHT",
+    "SELECT * EXCEPT (nope) FROM orders",
+    "SELECT * EXCEPT info FROM orders",
+    "SELECT * REPLACE (Amount AS a) FROM orders",
+    "SELECT order_id FROM orders; SELECT 1",
+    "SELECT order_id FROM orders; -- one\nSELECT 2 -- two",
+    "EXPLAIN SELECT order_id FROM orders",
+    "SHOW TABLES",
+    "",
+    "-- only a comment",
+    "SELECT 'never closed FROM orders",
+    "SELECT a b c FROM orders",
+    "SELECT window(ts, '5 minutes', '10 minutes') AS w, count(*) AS n FROM orders "
+    "GROUP BY window(ts, '5 minutes', '10 minutes')",
+]
+
+
+@pytest.mark.parametrize("sql", BAD_SQL)
+def test_every_sql_problem_is_located_and_reads_like_a_sentence(sql: str) -> None:
+    problem = problem_of(sql)
+    assert problem.field == "spec.sql"
+    assert problem.line is not None and problem.column is not None, problem.render()
+    for leak in ("<Token", "TokenType", "<class", "sqlglot", "SENTINEL"):
+        assert leak not in problem.message
+
+
+@pytest.mark.parametrize(
+    ("sql", "where", "fragment"),
+    [
+        ("SELECT FROM orders", (1, 8), "the SELECT list is empty"),
+        ("SELECT order_id,, Amount FROM orders", (1, 17), "two commas here with nothing between them"),
+        ("SELECT order_id,\n  FROM orders", (1, 16), "this comma is followed by 'FROM'"),
+        ("SELECT order_id FROM", (1, 17), "expected a source name but got the end of the SQL"),
+        ("SELECT * FROM range(10)", (1, 15), "table-valued functions such as range(...) are not supported"),
+        ("SELECT upper(order_id, 1) AS u FROM orders", (1, 8), "function 'upper' takes at most 1 argument"),
+        ("SELECT CAST(order_id AS money) AS m FROM orders", (1, 25), "unknown type 'money'"),
+        ("SELECT CAST(order_id AS jsonb) AS m FROM orders", (1, 25), "unknown type 'jsonb'"),
+        ("SELECT CAST(order_id AS text) AS m FROM orders", (1, 25), "unknown type 'text': Spark SQL has no"),
+        (
+            "SELECT CAST(Amount AS decimal(5,7)) AS m FROM orders",
+            (1, 23),
+            "scale (7) exceeds the precision (5)",
+        ),
+        ("SELECT CAST(info AS int) AS m FROM orders", (1, 21), "cannot cast 'info' (struct<a:int,b:string>)"),
+        ("SELECT ts + INTERVAL 1 FORTNIGHT AS t FROM orders", (1, 13), "unknown unit 'FORTNIGHT'"),
+        ("SELECT * EXCEPT (Amount, amount) FROM orders", (1, 26), "listed twice"),
+    ],
+)
+def test_problem_messages_and_positions(sql: str, where: tuple[int, int], fragment: str) -> None:
+    problem = problem_of(sql)
+    assert (problem.line, problem.column) == where, problem.render()
+    assert fragment in problem.message
+
+
+def test_unknown_cast_type_lists_the_supported_types() -> None:
+    message = problem_of("SELECT CAST(order_id AS uuid) AS m FROM orders").message
+    assert "(use string)" in message
+    assert "supported types: string, varchar(n)" in message and "struct<name:T,...>" in message
+
+
+def test_decimal_scale_beyond_precision_in_the_source_schema() -> None:
+    bad = dict(ORDERS, schema=[*ORDERS["schema"], {"name": "p", "type": "decimal(5,7)"}])
+    with pytest.raises(CompileError) as info:
+        compile_query(QuerySpec.model_validate({"sources": [bad], "sql": "SELECT 1", "sink": {"topic": "t"}}))
+    assert "the scale (7) exceeds the precision (5)" in info.value.problems[0].message
+
+
+def test_comments_between_group_and_by_and_after_the_last_semicolon_are_accepted() -> None:
+    base = compile_query(wide("SELECT order_id, count(*) AS n FROM orders GROUP BY order_id", sink=UPDATE))
+    for sql in (
+        "SELECT order_id, count(*) AS n FROM orders GROUP /* x */ BY order_id",
+        "SELECT order_id, count(*) AS n FROM orders GROUP -- why\nBY order_id",
+        "SELECT order_id, count(*) AS n FROM orders GROUP BY order_id; -- bye",
+        "SELECT order_id, count(*) AS n FROM orders GROUP BY order_id;\n/* bye */\n",
+    ):
+        assert compile_query(wide(sql, sink=UPDATE)).hash == base.hash, sql
+
+
+def test_star_except_is_the_explicit_column_list() -> None:
+    star = compile_query(wide("SELECT * EXCEPT (info, TAGS) FROM orders"))
+    explicit = compile_query(wide("SELECT order_id, Amount, ts FROM orders"))
+    assert star.hash == explicit.hash
+    joined = compile_query(
+        wide(
+            "SELECT * EXCEPT (p.order_id, o.info, tags) FROM orders o JOIN payments p "
+            "ON o.order_id = p.order_id AND p.pts BETWEEN o.ts AND o.ts + INTERVAL 1 HOUR"
+        )
+    )
+    assert [(f.name, f.qualifier) for f in joined.steps[-2].schema_] == [
+        ("order_id", None),
+        ("Amount", None),
+        ("ts", None),
+        ("pts", None),
+    ]
+    ambiguous = problem_of(
+        "SELECT * EXCEPT (order_id) FROM orders o JOIN payments p ON o.order_id = p.order_id"
+    )
+    assert "ambiguous" in ambiguous.message and "'o.order_id'" in ambiguous.message
+
+
+def test_window_slide_may_equal_but_not_exceed_the_window() -> None:
+    sql = "SELECT window(ts, '{a}', '{b}') AS w, count(*) AS n FROM orders GROUP BY window(ts, '{a}', '{b}')"
+    compile_query(wide(sql.format(a="5 minutes", b="300 seconds")))
+    problem = problem_of(sql.format(a="1 hour", b="61 minutes"))
+    assert "('61 minutes') is longer than the window ('1 hour')" in problem.message

@@ -6,6 +6,7 @@ import copy
 import json
 from typing import Any
 
+import pytest
 from sluice.core.plan.schema_compat import (
     SCHEMA_FILE,
     current_schema,
@@ -88,3 +89,73 @@ def test_removed_step_type_is_incompatible() -> None:
     new = _schema()
     del new["properties"]["steps"]["items"]["discriminator"]["mapping"]["unionV1"]
     assert any("step type 'unionV1' was removed" in p for p in incompatibilities(_schema(), new))
+
+
+# -- value constraints: tightening is incompatible, loosening is compatible ---------------------------
+
+
+def _with(constraints: dict[str, Any], base: dict[str, Any] | None = None) -> dict[str, Any]:
+    schema: dict[str, Any] = dict(base or {"type": "string"})
+    schema.update({k: v for k, v in constraints.items() if v is not None})
+    return {"type": "object", "properties": {"value": schema}}
+
+
+@pytest.mark.parametrize(
+    ("key", "old", "new", "compatible", "base"),
+    [
+        ("minLength", None, 1, False, "string"),
+        ("minLength", 1, 2, False, "string"),
+        ("minLength", 2, 1, True, "string"),
+        ("minLength", 2, None, True, "string"),
+        ("maxLength", None, 64, False, "string"),
+        ("maxLength", 64, 32, False, "string"),
+        ("maxLength", 32, 64, True, "string"),
+        ("maxLength", 32, None, True, "string"),
+        ("pattern", None, "^[a-z]+$", False, "string"),
+        ("pattern", "^[a-z]+$", "^[a-z0-9]+$", False, "string"),
+        ("pattern", "^[a-z]+$", "^[a-z]+$", True, "string"),
+        ("pattern", "^[a-z]+$", None, True, "string"),
+        ("minItems", None, 1, False, "array"),
+        ("minItems", 1, 2, False, "array"),
+        ("minItems", 2, 0, True, "array"),
+        ("maxItems", None, 10, False, "array"),
+        ("maxItems", 10, 5, False, "array"),
+        ("maxItems", 5, 10, True, "array"),
+        ("minimum", None, 0, False, "integer"),
+        ("minimum", 0, 1, False, "integer"),
+        ("minimum", 1, 0, True, "integer"),
+        ("maximum", None, 100, False, "integer"),
+        ("maximum", 100, 99, False, "integer"),
+        ("maximum", 99, 100, True, "integer"),
+        ("exclusiveMinimum", 0, 1, False, "number"),
+        ("exclusiveMaximum", 10, 5, False, "number"),
+        ("multipleOf", 2, 4, False, "integer"),
+        ("multipleOf", 4, 2, True, "integer"),
+        ("uniqueItems", None, True, False, "array"),
+        ("uniqueItems", True, None, True, "array"),
+    ],
+)
+def test_value_constraints(key: str, old: Any, new: Any, compatible: bool, base: str) -> None:
+    problems = incompatibilities(_with({key: old}, {"type": base}), _with({key: new}, {"type": base}))
+    assert (problems == []) is compatible, problems
+    if not compatible:
+        assert any(p.startswith("$.value:") for p in problems), problems
+
+
+def test_enum_narrowing_is_incompatible_and_widening_is_compatible() -> None:
+    old = _with({"enum": ["a", "b"]})
+    assert any("enum values removed: ['b']" in p for p in incompatibilities(old, _with({"enum": ["a"]})))
+    assert incompatibilities(old, _with({"enum": ["a", "b", "c"]})) == []
+    assert any("values restricted" in p for p in incompatibilities(_with({}), _with({"enum": ["a"]})))
+
+
+def test_tightened_constraint_in_the_real_plan_schema() -> None:
+    new = _schema()
+    new["$defs"]["StreamStreamJoinV1"]["properties"]["keys"]["minItems"] = 2
+    new["$defs"]["FilterV1"]["properties"]["condition"]["maxLength"] = 10_000
+    problems = incompatibilities(_schema(), new)
+    assert any("keys: minItems tightened from 1 to 2" in p for p in problems), problems
+    assert any("condition: maxLength tightened from none to 10000" in p for p in problems), problems
+    loosened = _schema()
+    del loosened["properties"]["steps"]["minItems"]
+    assert incompatibilities(_schema(), loosened) == []

@@ -30,6 +30,13 @@ def run(args: argparse.Namespace) -> int:
     except OSError as exc:
         print(f"{name}: cannot read the file: {exc.strerror or exc}", file=sys.stderr)
         return 1
+    except UnicodeDecodeError as exc:
+        print(
+            f"{name}: cannot read the file: it is not UTF-8 text (invalid byte 0x{exc.object[exc.start]:02x} "
+            f"at offset {exc.start}); save the manifest as UTF-8",
+            file=sys.stderr,
+        )
+        return 1
     try:
         plan = compile_query(parse_manifest(text).spec)
     except SluiceError as exc:

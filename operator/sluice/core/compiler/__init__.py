@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from sluice.core.compiler.casts import decimal_problem_in
 from sluice.core.compiler.intervals import IntervalError, normalize_interval
 from sluice.core.compiler.planner import Planner, field_specs
 from sluice.core.compiler.sqlparse import SqlFailure, parse_sql
@@ -44,9 +45,10 @@ def spec_problems(spec: QuerySpec) -> tuple[list[Problem], dict[str, str]]:
             try:
                 parse_type(column.type)
             except TypeParseError as exc:
+                reason = decimal_problem_in(column.type) or str(exc)
                 problems.append(
                     Problem(
-                        f"column '{column.name}': {exc}; use a Spark SQL type "
+                        f"column '{column.name}': {reason}; use a Spark SQL type "
                         "such as string, int, bigint, double, boolean, timestamp, date, decimal(10,2), "
                         "array<string>, map<string,int> or struct<a:int>",
                         field=f"{where}.schema[{j}].type",

@@ -8,7 +8,7 @@ from sqlglot import exp
 from sqlglot.tokens import TokenType
 
 from sluice.core.compiler.exprs import AGGREGATES, Compiled, ExprCompiler, column_node, is_time_window
-from sluice.core.compiler.intervals import IntervalError, normalize_interval
+from sluice.core.compiler.intervals import IntervalError, interval_millis, normalize_interval
 from sluice.core.compiler.scope import Field, Relation
 from sluice.core.compiler.sqlparse import SqlFailure, SqlText
 from sluice.core.plan.model import (
@@ -357,6 +357,17 @@ def _window_args(p: Planner, rel: Relation, window: exp.Anonymous, kind: str) ->
             )
         except IntervalError as exc:
             raise p.text.fail(f"invalid duration in {fname}(...): {exc}", arg) from exc
+    if (
+        kind == "window"
+        and len(durations) == 2
+        and interval_millis(durations[1]) > interval_millis(durations[0])
+    ):
+        raise p.text.fail(
+            f"the slide of window(...) ('{durations[1]}') is longer than the window ('{durations[0]}'): "
+            "Spark requires the slide to be at most the window duration (rows between windows would "
+            f"be lost); did you mean window({time.sql}, '{durations[1]}', '{durations[0]}')?",
+            args[2],
+        )
     return time.sql, rel.is_watermarked(field), durations
 
 

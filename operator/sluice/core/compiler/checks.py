@@ -22,9 +22,11 @@ def check_output_mode(spec: QuerySpec, planner: Planner) -> None:
     joins = [s for s in stateful if s.kind == "join"]
 
     def fail(message: str, offset: int | None) -> Exception:
-        problem = text.problem(message, offset=offset)
         from sluice.core.compiler.sqlparse import SqlFailure
 
+        if offset is None:  # nothing in the SQL to point at: the output mode is the problem
+            return SqlFailure(Problem(message, field=MODE_FIELD))
+        problem = text.problem(message, offset=offset)
         return SqlFailure(
             Problem(problem.message, field=MODE_FIELD, line=problem.line, column=problem.column)
         )

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 from sqlglot import exp
 
+from sluice.core.compiler.casts import can_cast, cast_type_problem
 from sluice.core.compiler.intervals import IntervalError, normalize_interval
 from sluice.core.compiler.scope import Field, Relation, did_you_mean, is_simple_identifier
 from sluice.core.compiler.sqlparse import SqlFailure, SqlText
@@ -124,6 +125,8 @@ class ExprCompiler(TypeRules):
             return self.visit_aggregate(node)
         if isinstance(node, exp.Interval):
             return self.visit_interval(node)
+        if isinstance(node, exp.Cast):
+            return self.visit_cast(node)
         if is_time_window(node):
             if not self.allow_time_windows:
                 raise self.fail(
@@ -214,6 +217,7 @@ class ExprCompiler(TypeRules):
         found = matches[0]
         self.referenced.append(found)
         new: exp.Expr = column_node(found.name, found.qualifier)
+        new.this.meta.update(col_ident.meta)  # keep the position for later messages
         return self.struct_access(new, found.type, rest, node) if rest else (new, found.type)
 
     def struct_access(
@@ -259,8 +263,34 @@ class ExprCompiler(TypeRules):
         try:
             normalize_interval(render(node))
         except IntervalError as exc:
-            raise self.fail(f"invalid interval: {exc}", node) from exc
+            raise self.fail(f"invalid interval: {exc}", node, node.meta.get("span_start")) from exc
         return node, INTERVAL
+
+    def visit_cast(self, node: exp.Cast) -> tuple[exp.Expr, SparkType]:
+        to = node.args.get("to")
+        span = to.meta if isinstance(to, exp.DataType) else {}
+        offset = span.get("span_start")
+        if offset is not None and span.get("span_end") is not None:
+            # the target as written: sqlglot reads some non-Spark names as Spark types (text, uuid)
+            problem = cast_type_problem(self.text.sql[int(offset) : int(span["span_end"]) + 1])
+            if problem:
+                raise self.fail(problem, node, offset)
+        for key in ("format", "default", "action"):
+            if node.args.get(key) is not None:
+                raise self.fail(
+                    f"CAST with {key.upper()} is not Spark SQL; write CAST(x AS type)", node, offset
+                )
+        operand, src = self.visit(node.this)
+        node.set("this", operand)
+        dst = self.type_rule(node, {})
+        if not can_cast(src, dst, try_cast=bool(node.args.get("safe"))):
+            raise self.fail(
+                f"cannot cast '{render(operand)}' ({src.render()}) to {dst.render()}: Spark refuses this "
+                f"conversion{_cast_hint(src, dst)}",
+                node,
+                offset,
+            )
+        return node, dst
 
     def visit_aggregate(self, node: exp.AggFunc) -> tuple[exp.Expr, SparkType]:
         name = AGGREGATES.get(type(node))
@@ -308,3 +338,15 @@ class ExprCompiler(TypeRules):
         return node, aggregate_result(name, arg_type)
 
     # -- type rules -----------------------------------------------------------------------------
+
+
+def _cast_hint(src: SparkType, dst: SparkType) -> str:
+    if src.is_numeric and dst.name == "date":
+        return "; use date_from_unix_date(...)"
+    if src.name == "date" and dst.is_numeric:
+        return "; use unix_date(...)"
+    if src.name in ("array", "map", "struct") and dst.name not in ("array", "map", "struct"):
+        return f"; read an element or field of the {src.name} first"
+    if src.name == "struct" and dst.name == "struct":
+        return "; struct casts need the same number of fields, each castable"
+    return ""

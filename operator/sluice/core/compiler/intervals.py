@@ -72,3 +72,19 @@ def normalize_interval(text: str) -> str:
             n = amounts[unit]
             out.append(f"{n} {unit}" + ("" if n == 1 else "s"))
     return " ".join(out)
+
+
+_MILLIS = {
+    "week": 7 * 24 * 3_600_000,
+    "day": 24 * 3_600_000,
+    "hour": 3_600_000,
+    "minute": 60_000,
+    "second": 1_000,
+    "millisecond": 1,
+}
+
+
+def interval_millis(text: str) -> int:
+    """The length of an interval in milliseconds ('1 hour 30 minutes' -> 5400000)."""
+    normalized = normalize_interval(text)
+    return sum(int(n) * _MILLIS[unit.rstrip("s")] for n, unit in _PART.findall(normalized))

@@ -11,6 +11,8 @@ from sqlglot.tokens import TokenType
 from sluice.core.compiler.exprs import Compiled, ExprCompiler, column_node, column_text, is_time_window
 from sluice.core.compiler.scope import Field, Relation, did_you_mean
 from sluice.core.compiler.sqlparse import SqlText
+from sluice.core.compiler.stars import star_fields
+from sluice.core.compiler.typerules import func_name
 from sluice.core.plan.model import (
     DeduplicateV1,
     FieldSpec,
@@ -193,6 +195,13 @@ class Planner:
                     table if offset is None else None,
                     offset,
                 )
+        if isinstance(table.this, exp.Func):
+            fname = func_name(table.this)
+            raise self.text.fail(
+                f"table-valued functions such as {fname}(...) are not supported as sources; read from "
+                "a source declared in spec.sources",
+                table,
+            )
         name = table.name
         source = self.by_name.get(name.lower())
         if source is None:
@@ -371,7 +380,8 @@ class Planner:
         out: list[tuple[str | None, exp.Expr]] = []
         for item in sel.expressions:
             if isinstance(item, exp.Star):
-                out.extend((None, column_node(f.name, f.qualifier)) for f in rel.fields)
+                fields = star_fields(self.text, item, rel, rel.fields)
+                out.extend((None, column_node(f.name, f.qualifier)) for f in fields)
             elif isinstance(item, exp.Column) and isinstance(item.this, exp.Star):
                 qual = item.table
                 if not rel.has_qualifier(qual):
@@ -380,11 +390,18 @@ class Planner:
                         + did_you_mean(qual, rel.qualifiers or [rel.alias or ""]),
                         item,
                     )
-                out.extend((None, column_node(f.name, f.qualifier)) for f in rel.fields_of(qual))
+                fields = star_fields(self.text, item.this, rel, rel.fields_of(qual))
+                out.extend((None, column_node(f.name, f.qualifier)) for f in fields)
             elif isinstance(item, exp.Alias):
                 out.append((item.alias, item.this))
             else:
                 out.append((None, item))
+        if not out:
+            raise self.text.fail(
+                "* EXCEPT (...) removes every column, so the query selects nothing; keep at least one",
+                sel.expressions[0] if sel.expressions else None,
+                self.text.word_offset("except"),
+            )
         return out
 
     def output_name(self, explicit: str | None, node: exp.Expr, compiled: Compiled) -> str:

@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
-import re
+import logging
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
 
 from sqlglot import exp
 from sqlglot.dialects.dialect import Dialect
 from sqlglot.errors import ParseError, TokenError
+from sqlglot.parsers.spark import SparkParser
 from sqlglot.tokens import Token, TokenType
 
 from sluice.core.errors import Problem
@@ -44,11 +49,24 @@ class SqlText:
                 return int(start)
         return None
 
+    def located_offset(self, node: exp.Expr | None) -> int | None:
+        """The node's position, else where its recorded span starts, else its nearest located parent."""
+        current = node
+        while current is not None:
+            offset = self.node_offset(current)
+            if offset is None and current.meta.get("span_start") is not None:
+                offset = int(current.meta["span_start"])
+            if offset is not None:
+                return offset
+            current = current.parent
+        return None
+
     def problem(self, message: str, node: exp.Expr | None = None, offset: int | None = None) -> Problem:
         if offset is None:
-            offset = self.node_offset(node)
+            offset = self.located_offset(node)
         if offset is None:
-            return Problem(message, field=SQL_FIELD)
+            # every SQL problem is located: fall back to the start of the statement
+            offset = self.tokens[0].start if self.tokens else 0
         line, column = self.line_col(offset)
         return Problem(message, field=SQL_FIELD, line=line, column=column)
 
@@ -101,52 +119,86 @@ def _unterminated(sql: str) -> int | None:
     return None
 
 
+class _SpanParser(SparkParser):
+    """Spark's sqlglot parser that also records where data types and intervals start: sqlglot keeps
+    no position for them (``meta["span_start"]``/``["span_end"]``, offsets into the SQL)."""
+
+    def _parse_types(self, *args: Any, **kwargs: Any) -> exp.Expr | None:
+        start = self._index
+        return self._spanned(start, super()._parse_types(*args, **kwargs))
+
+    def _parse_interval(self, *args: Any, **kwargs: Any) -> Any:
+        start = self._index
+        return self._spanned(start, super()._parse_interval(*args, **kwargs))
+
+    def _spanned(self, start: int, node: Any) -> Any:
+        if isinstance(node, exp.Expr) and start < self._index <= len(self._tokens):
+            first = self._tokens[start]
+            # tokens the tokenizer made up (the BIGINT of the literal 2L) do not spell the SQL text
+            if self.sql[first.start : first.end + 1].lower() == first.text.lower():
+                node.meta.setdefault("span_start", first.start)
+                node.meta.setdefault("span_end", self._tokens[self._index - 1].end)
+        return node
+
+
+class _QuietSqlglot(logging.Filter):
+    """Drops sqlglot's warnings (e.g. "Falling back to parsing as a 'Command'") while we parse:
+    every problem is reported as a located error instead."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.local = threading.local()
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not getattr(self.local, "active", False) or record.levelno > logging.WARNING
+
+
+_QUIET = _QuietSqlglot()
+
+
+@contextmanager
+def _quiet() -> Iterator[None]:
+    logger = logging.getLogger("sqlglot")
+    if _QUIET not in logger.filters:
+        logger.addFilter(_QUIET)
+    previous = getattr(_QUIET.local, "active", False)
+    _QUIET.local.active = True
+    try:
+        yield
+    finally:
+        _QUIET.local.active = previous
+
+
 def parse_sql(sql: str) -> tuple[exp.Expr, SqlText]:
     """Parse exactly one statement; raise SqlFailure for empty, unparseable or several statements."""
+    from sluice.core.compiler.syntax import check_lists, empty_sql, join_split_keywords, parse_error
+
     try:
         tokens = _DIALECT.tokenize(sql)
     except TokenError as exc:
         opener = _unterminated(sql)
         if opener is not None:
             kind = {"'": "string", '"': "string", "`": "quoted identifier", "/": "comment"}[sql[opener]]
-            line, column = SqlText(sql, []).line_col(opener)
-            raise SqlFailure(
-                Problem(f"this {kind} is never closed", field=SQL_FIELD, line=line, column=column)
-            ) from exc
-        raise SqlFailure(Problem(f"the SQL cannot be read: {exc}", field=SQL_FIELD)) from exc
-    text = SqlText(sql, tokens)
+            raise SqlText(sql, []).fail(f"this {kind} is never closed", offset=opener) from exc
+        reason = str(exc).split(". Line", 1)[0].rstrip(".")
+        raise SqlText(sql, []).fail(f"the SQL cannot be read: {reason}", offset=0) from exc
     if not [t for t in tokens if t.token_type != TokenType.SEMICOLON]:
-        raise SqlFailure(
-            Problem("the SQL is empty; write one SELECT statement over the sources", field=SQL_FIELD)
-        )
+        raise empty_sql()
+    tokens = join_split_keywords(sql, tokens)
+    text = SqlText(sql, tokens)
     # Spark's window(...) function collides with the WINDOW clause keyword: a WINDOW token that is
     # directly followed by '(' is a function call.
     for i, tok in enumerate(tokens[:-1]):
         if tok.token_type == TokenType.WINDOW and tokens[i + 1].token_type == TokenType.L_PAREN:
             tok.token_type = TokenType.VAR
     try:
-        statements = _DIALECT.parser().parse(tokens, sql)
+        with _quiet():
+            statements = _SpanParser(dialect=_DIALECT).parse(tokens, sql)
     except ParseError as exc:
-        err = exc.errors[0] if exc.errors else {}
-        err_line, err_col = err.get("line"), err.get("col")
-        highlight = err.get("highlight") or ""
-        description = str(err.get("description") or exc).rstrip(".")
-        missing = re.match(r"Required keyword: '\w+' missing for <class '[\w.]*\.(\w+)'>", description)
-        if missing:
-            description = f"the {missing.group(1).upper()} clause is incomplete"
-        if err_line is not None and err_col is not None:
-            col = max(1, int(err_col) - len(highlight) + 1)
-            near = f" near {highlight!r}" if highlight else ""
-            raise SqlFailure(
-                Problem(
-                    f"syntax error{near}: {description[0].lower()}{description[1:]}",
-                    field=SQL_FIELD,
-                    line=int(err_line),
-                    column=col,
-                )
-            ) from exc
-        raise SqlFailure(Problem(f"syntax error: {description}", field=SQL_FIELD)) from exc
-    found = [s for s in statements if s is not None]
+        raise parse_error(text, exc) from exc
+    check_lists(text)
+    # a comment after the last ';' comes back as a Semicolon "statement": it is not one
+    found = [s for s in statements if s is not None and not isinstance(s, exp.Semicolon)]
     if len(found) > 1:
         # position: the first token of the second statement
         first_semi = text.token_offset(TokenType.SEMICOLON)
@@ -158,12 +210,10 @@ def parse_sql(sql: str) -> tuple[exp.Expr, SqlText]:
                     break
         raise text.fail(
             f"the SQL holds {len(found)} statements; a StreamingQuery runs exactly one SELECT",
-            offset=offset,
+            offset=offset if offset is not None else first_semi,
         )
     if not found:
-        raise SqlFailure(
-            Problem("the SQL is empty; write one SELECT statement over the sources", field=SQL_FIELD)
-        )
+        raise empty_sql()
     root = found[0]
     if not isinstance(root, exp.Select | exp.SetOperation | exp.Subquery):
         kind = tokens[0].text.upper()

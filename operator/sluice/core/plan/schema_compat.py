@@ -1,9 +1,11 @@
 """Compatibility check between two JSON Schemas of the plan (old: committed, new: from the models).
 
 A change is compatible when every document valid under the old schema stays valid under the new
-one: properties may be added (optional), enum values and step types may be added. Incompatible:
-removed properties, changed types, newly required properties, removed enum/const values, removed
-step types. ``python -m sluice.core.plan.schema_compat --write`` regenerates the committed file.
+one: properties may be added (optional), enum values and step types may be added, constraints may
+be loosened. Incompatible: removed properties, changed types, newly required properties, removed
+enum/const values, removed step types, tightened constraints (minItems/maxItems, minLength/maxLength,
+minimum/maximum and their exclusive forms, pattern, multipleOf, uniqueItems, additionalProperties).
+``python -m sluice.core.plan.schema_compat --write`` regenerates the committed file.
 """
 
 from __future__ import annotations
@@ -122,6 +124,7 @@ def _compare(
             removed = [v for v in old_values if v not in n["enum"]]
             if removed:
                 out.append(f"{path}: enum values removed: {removed!r}")
+    _compare_constraints(o, n, path, out)
     oprops, nprops = o.get("properties", {}), n.get("properties", {})
     for name in oprops:
         if name not in nprops:
@@ -136,6 +139,37 @@ def _compare(
         _compare(o["items"], n["items"], oroot, nroot, f"{path}[]", out, seen)
     if isinstance(o.get("additionalProperties"), dict) and isinstance(n.get("additionalProperties"), dict):
         _compare(o["additionalProperties"], n["additionalProperties"], oroot, nroot, f"{path}{{}}", out, seen)
+
+
+# lower bounds: a larger (or a new) value rejects documents the old schema accepted
+_LOWER_BOUNDS = ("minItems", "minLength", "minProperties", "minimum", "exclusiveMinimum")
+# upper bounds: a smaller (or a new) value rejects documents the old schema accepted
+_UPPER_BOUNDS = ("maxItems", "maxLength", "maxProperties", "maximum", "exclusiveMaximum")
+
+
+def _compare_constraints(o: Schema, n: Schema, path: str, out: list[str]) -> None:
+    """Tightened value constraints (loosened or unchanged ones are compatible)."""
+    for key in _LOWER_BOUNDS:
+        if key in n and (key not in o or _number(n[key]) > _number(o[key])):
+            out.append(f"{path}: {key} tightened from {o.get(key, 'none')} to {n[key]}")
+    for key in _UPPER_BOUNDS:
+        if key in n and (key not in o or _number(n[key]) < _number(o[key])):
+            out.append(f"{path}: {key} tightened from {o.get(key, 'none')} to {n[key]}")
+    if "pattern" in n and n["pattern"] != o.get("pattern"):
+        # whether one regular expression accepts all strings of another is not decidable here
+        out.append(f"{path}: pattern changed from {o.get('pattern', 'none')!r} to {n['pattern']!r}")
+    if "multipleOf" in n and (
+        "multipleOf" not in o or _number(o["multipleOf"]) % _number(n["multipleOf"]) != 0
+    ):
+        out.append(f"{path}: multipleOf changed from {o.get('multipleOf', 'none')} to {n['multipleOf']}")
+    if n.get("uniqueItems") is True and o.get("uniqueItems") is not True:
+        out.append(f"{path}: items must now be unique")
+    if n.get("additionalProperties") is False and o.get("additionalProperties", True) is not False:
+        out.append(f"{path}: additional properties are no longer allowed")
+
+
+def _number(value: Any) -> float:
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else 0.0
 
 
 def render_schema(schema: Schema) -> str:
