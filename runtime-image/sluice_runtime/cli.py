@@ -3,20 +3,23 @@
 Every flag can also come from the environment (pods pass settings that way); a flag given on the
 command line wins over its variable. Spark settings pinned by the plan always win over both.
 
-==================  ======================  ==========================================
-flag                variable                default
-==================  ======================  ==========================================
---plan              SLUICE_PLAN             (required) path of the plan JSON
---checkpoint        SLUICE_CHECKPOINT       (required) checkpoint directory
---bootstrap         SLUICE_BOOTSTRAP        (required) Kafka bootstrap servers
---master            SLUICE_MASTER           local[2]
---conf k=v          SLUICE_SPARK_CONF       Spark settings (comma or newline separated)
---jars a,b          SLUICE_JARS             extra jars (the Kafka connector outside the image)
---available-now     SLUICE_AVAILABLE_NOW    process what is in the topics, then exit 0
---http-addr         SLUICE_HTTP_ADDR        0.0.0.0:8080 (``off`` disables the endpoint)
---query-id          SLUICE_QUERY_ID         plan-<first 16 hex digits of the plan hash>
-(none)              SLUICE_KAFKA_<NAME>     Kafka client setting ``name`` (``_`` -> ``.``)
-==================  ======================  ==========================================
+====================  ========================  ========================================
+flag                  variable                  default
+====================  ========================  ========================================
+--plan                SLUICE_PLAN               (required) path of the plan JSON
+--checkpoint          SLUICE_CHECKPOINT         (required) checkpoint directory
+--bootstrap           SLUICE_BOOTSTRAP          (required) Kafka bootstrap servers
+--master              SLUICE_MASTER             local[2]
+--conf k=v            SLUICE_SPARK_CONF         Spark settings (comma or newline separated)
+--jars a,b            SLUICE_JARS               extra jars (the Kafka connector outside the image)
+--resolve-connector   SLUICE_RESOLVE_CONNECTOR  off: without jars, let Spark download the connector
+--available-now       SLUICE_AVAILABLE_NOW      process what is in the topics, then exit 0
+--http-addr           SLUICE_HTTP_ADDR          0.0.0.0:8080 (``off`` disables the endpoint)
+--query-id            SLUICE_QUERY_ID           plan-<first 16 hex digits of the plan hash>
+--consumer-group      SLUICE_CONSUMER_GROUP     (none) prefix of every consumer group used
+--transactional-id    SLUICE_TRANSACTIONAL_ID   sluice-<query id>
+(none)                SLUICE_KAFKA_TLS*, ...    Kafka security, see ``sluice_runtime.kafka_security``
+====================  ========================  ========================================
 """
 
 from __future__ import annotations
@@ -34,6 +37,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from sluice_runtime.kafka_security import KafkaSecurity, KafkaSecurityError
+from sluice_runtime.kafka_security import from_env as kafka_security_from_env
+
 log = logging.getLogger("sluice_runtime")
 
 TRUE = {"1", "true", "yes", "on"}
@@ -50,7 +56,11 @@ class RunConfig:
     available_now: bool = False
     http_addr: str | None = "0.0.0.0:8080"
     query_id: str | None = None
-    kafka: dict[str, str] = field(default_factory=dict)
+    kafka: KafkaSecurity = field(default_factory=KafkaSecurity)
+    #: ids the operator assigned (``status.identity``); None: derived from the query id
+    consumer_group: str | None = None
+    transactional_id: str | None = None
+    resolve_connector: bool = False
 
 
 class ConfigError(ValueError):
@@ -82,18 +92,22 @@ def parse_conf_items(items: Sequence[str]) -> dict[str, str]:
     return out
 
 
-def kafka_from_env(env: Mapping[str, str]) -> dict[str, str]:
-    """``SLUICE_KAFKA_SECURITY_PROTOCOL=SSL`` -> ``{"security.protocol": "SSL"}``."""
-    out = {}
-    for key, value in env.items():
-        if key.startswith("SLUICE_KAFKA_") and key != "SLUICE_KAFKA_BOOTSTRAP":
-            out[key.removeprefix("SLUICE_KAFKA_").lower().replace("_", ".")] = value
-    return out
+def kafka_from_env(env: Mapping[str, str]) -> KafkaSecurity:
+    """The Kafka security settings of ``SLUICE_KAFKA_*`` (see :mod:`sluice_runtime.kafka_security`)."""
+    try:
+        return kafka_security_from_env(env)
+    except KafkaSecurityError as exc:
+        raise ConfigError(str(exc)) from exc
+
+
+def _flag_bool(flag: bool | None, value: str | None) -> bool:
+    return flag if flag is not None else (value or "").strip().lower() in TRUE
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="sluice-runtime", description="Run a pinned Sluice plan.")
     sub = parser.add_subparsers(dest="command", required=True)
+    sub.add_parser("executor", help="run a Spark executor (in pods Spark's Kubernetes scheduler creates)")
     run = sub.add_parser("run", help="run a plan")
     run.add_argument("--plan")
     run.add_argument("--checkpoint")
@@ -101,9 +115,12 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--master")
     run.add_argument("--conf", action="append", default=[], metavar="K=V")
     run.add_argument("--jars")
+    run.add_argument("--resolve-connector", action="store_true", default=None)
     run.add_argument("--available-now", action="store_true", default=None)
     run.add_argument("--http-addr")
     run.add_argument("--query-id")
+    run.add_argument("--consumer-group")
+    run.add_argument("--transactional-id")
     run.add_argument("--log-level", default=os.environ.get("SLUICE_LOG_LEVEL", "INFO"))
     return parser
 
@@ -127,11 +144,7 @@ def resolve_config(args: argparse.Namespace, env: Mapping[str, str]) -> RunConfi
     conf = parse_conf_items([env.get("SLUICE_SPARK_CONF", "")])
     conf.update(parse_conf_items(args.conf))
     jars_text = pick(args.jars, "SLUICE_JARS", "")
-    available_now = (
-        args.available_now
-        if args.available_now is not None
-        else (env.get("SLUICE_AVAILABLE_NOW", "").strip().lower() in TRUE)
-    )
+    available_now = _flag_bool(args.available_now, env.get("SLUICE_AVAILABLE_NOW"))
     http_addr = pick(args.http_addr, "SLUICE_HTTP_ADDR", "0.0.0.0:8080")
     if http_addr in ("", "off", "none"):
         http_addr = None
@@ -146,6 +159,9 @@ def resolve_config(args: argparse.Namespace, env: Mapping[str, str]) -> RunConfi
         http_addr=http_addr,
         query_id=pick(args.query_id, "SLUICE_QUERY_ID"),
         kafka=kafka_from_env(env),
+        consumer_group=pick(args.consumer_group, "SLUICE_CONSUMER_GROUP") or None,
+        transactional_id=pick(args.transactional_id, "SLUICE_TRANSACTIONAL_ID") or None,
+        resolve_connector=_flag_bool(args.resolve_connector, env.get("SLUICE_RESOLVE_CONNECTOR")),
     )
 
 
@@ -183,6 +199,7 @@ def _monitor(pipeline: Any, state: Any, stop: threading.Event) -> None:
 def execute(config: RunConfig) -> int:
     from sluice.core.plan.model import Plan
 
+    from sluice_runtime import connector, kafka_admin
     from sluice_runtime import drain as drain_mod
     from sluice_runtime.pipeline import build_pipeline
     from sluice_runtime.server import RuntimeState, parse_interval, readiness_bound, serve
@@ -190,6 +207,8 @@ def execute(config: RunConfig) -> int:
 
     plan = Plan.from_json(Path(config.plan).read_bytes())
     query_id = config.query_id or default_query_id(plan.hash or plan.compute_hash())
+    # Fail fast, before the JVM starts, when the brokers refuse the TLS/SASL settings.
+    kafka_admin.connect(config.bootstrap, config.kafka)
     started = time.monotonic()
     state = RuntimeState(bound=readiness_bound(parse_interval(plan.sink.trigger.processing_time)))
     drain_requested = threading.Event()
@@ -204,7 +223,15 @@ def execute(config: RunConfig) -> int:
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
 
-    spark = create_spark(plan, config.master, config.conf, config.jars)
+    conf = dict(config.conf)
+    if config.resolve_connector:
+        fallback = connector.fallback_conf(
+            config.jars, conf, submit_args=os.environ.get("PYSPARK_SUBMIT_ARGS", "")
+        )
+        if fallback:
+            log.info("Kafka connector: resolving %s with Spark", fallback["spark.jars.packages"])
+        conf = {**fallback, **conf}
+    spark = create_spark(plan, config.master, conf, config.jars)
     pipeline = build_pipeline(
         spark,
         plan,
@@ -212,9 +239,14 @@ def execute(config: RunConfig) -> int:
         bootstrap=config.bootstrap,
         query_id=query_id,
         available_now=config.available_now,
-        extra_kafka=config.kafka,
+        security=config.kafka,
+        consumer_group=config.consumer_group,
+        transactional_id=config.transactional_id,
     )
-    log.info("query %s started (plan %s) in %.1fs", query_id, plan.hash[:12], time.monotonic() - started)
+    log.info(
+        "query %s started (plan %s, Kafka %s) in %.1fs",
+        query_id, plan.hash[:12], config.kafka.protocol, time.monotonic() - started,
+    )
     stop_monitor = threading.Event()
     threading.Thread(target=_monitor, args=(pipeline, state, stop_monitor), daemon=True).start()
     code = 0
@@ -257,6 +289,13 @@ def execute(config: RunConfig) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["executor"]:
+        # an executor pod created by Spark's Kubernetes scheduler (the image's entry point with
+        # the argument ``executor``, as with Spark's own image)
+        from sluice_runtime import executor
+
+        return executor.main(argv[1:])
     parser = build_parser()
     args = parser.parse_args(argv)
     logging.basicConfig(
@@ -267,7 +306,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         config = resolve_config(args, os.environ)
     except ConfigError as exc:
         parser.error(str(exc))
-    return execute(config)
+    from sluice_runtime.kafka_admin import KafkaSetupError
+
+    try:
+        return execute(config)
+    except KafkaSetupError as exc:
+        print(f"sluice-runtime: {exc}", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

@@ -22,6 +22,7 @@ from sluice.core.plan.model import KafkaSinkV1, Plan
 
 from sluice_runtime import kafka_admin
 from sluice_runtime.drain import BatchGate, Drainable
+from sluice_runtime.kafka_security import KafkaSecurity
 from sluice_runtime.sink_exactly_once import TransactionalSink
 from sluice_runtime.steps import BuildContext, builder_for
 
@@ -101,16 +102,26 @@ def build_pipeline(
     bootstrap: str,
     query_id: str,
     available_now: bool = False,
-    extra_kafka: dict[str, str] | None = None,
+    security: KafkaSecurity | None = None,
+    consumer_group: str | None = None,
+    transactional_id: str | None = None,
     gate: BatchGate | None = None,
 ) -> Pipeline:
-    extra = dict(extra_kafka or {})
-    ctx = BuildContext(spark=spark, plan=plan, bootstrap=bootstrap, query_id=query_id, extra_kafka=extra)
+    """Start the plan's queries. ``security`` applies to every Kafka client (Spark's source and
+    sink, the exactly-once producer, the admin client); ``consumer_group`` and
+    ``transactional_id`` are the ids the operator assigned (derived from ``query_id`` if absent)."""
+    security = security or KafkaSecurity()
+    ctx = BuildContext(
+        spark=spark, plan=plan, bootstrap=bootstrap, query_id=query_id, security=security,
+        consumer_group=consumer_group,
+    )
     frames = build_frames(plan, ctx)
     sink = plan.sink
     gate = gate or BatchGate()
     kafka_opts = ctx.kafka_options()
-    kafka_admin.ensure_topics(bootstrap, [sink.topic, *(r.topic for r in ctx.dead_letters)], extra=extra)
+    kafka_admin.ensure_topics(
+        bootstrap, [sink.topic, *(r.topic for r in ctx.dead_letters)], security=security
+    )
 
     def alo_writer(topic: str) -> Any:
         def write(frame: DataFrame, batch_id: int) -> None:
@@ -122,7 +133,8 @@ def build_pipeline(
     eos: TransactionalSink | None = None
     if sink.delivery == "exactlyOnce":
         eos = TransactionalSink(
-            bootstrap=bootstrap, topic=sink.topic, query_id=query_id, checkpoint=checkpoint, extra=extra
+            bootstrap=bootstrap, topic=sink.topic, query_id=query_id, checkpoint=checkpoint,
+            security=security, transactional_id=transactional_id, consumer_group=consumer_group,
         )
         eos.init()  # fence older drivers of this query identity right away
         write_main = eos.write_batch
@@ -187,7 +199,7 @@ def build_query(
     bootstrap: str,
     query_id: str,
     available_now: bool = False,
-    extra_kafka: dict[str, str] | None = None,
+    security: KafkaSecurity | None = None,
 ) -> StreamingQuery:
     """Start the plan's pipeline; return its main query (dead-letter queries run alongside)."""
     return build_pipeline(
@@ -197,5 +209,5 @@ def build_query(
         bootstrap=bootstrap,
         query_id=query_id,
         available_now=available_now,
-        extra_kafka=extra_kafka,
+        security=security,
     ).main

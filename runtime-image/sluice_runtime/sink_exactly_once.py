@@ -1,13 +1,15 @@
 """Exactly-once Kafka sink: ``foreachBatch`` + a transactional confluent-kafka producer.
 
-* ``transactional.id`` = ``sluice-<query id>``: every driver of the same query identity uses the
-  same id, so a newer driver's ``init_transactions()`` aborts whatever an older one left open and
-  bumps the producer epoch; the older driver (a zombie) is fenced and can never commit again.
+* ``transactional.id``: the one the operator assigned (``SLUICE_TRANSACTIONAL_ID``), else
+  ``sluice-<query id>``. Every driver of the same query identity uses the same id, so a newer
+  driver's ``init_transactions()`` aborts whatever an older one left open and bumps the producer
+  epoch; the older driver (a zombie) is fenced and can never commit again.
 * Each batch is written in one transaction together with a commit marker:
   ``send_offsets_to_transaction`` commits offset ``batch id + 1`` on partition 0 of the sink topic
-  for the consumer group ``sluice-eos-<query id>-<checkpoint id>`` (the checkpoint id is the
-  Spark query id stored in the checkpoint's ``metadata`` file, so a new checkpoint starts a new
-  sequence). The marker becomes visible atomically with the records.
+  for the marker group ``<consumer group>.eos.<checkpoint id>`` (consumer group from
+  ``SLUICE_CONSUMER_GROUP``), else ``sluice-eos-<query id>-<checkpoint id>``; the checkpoint id is
+  the Spark query id stored in the checkpoint's ``metadata`` file, so a new checkpoint starts a
+  new sequence. The marker becomes visible atomically with the records.
 * When Spark replays a batch (it crashed after the transaction committed but before
   ``commits/N``), the marker says that batch is already committed, and the batch is skipped.
 
@@ -21,6 +23,8 @@ import logging
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from sluice_runtime.kafka_security import KafkaSecurity, librdkafka_config
+
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
@@ -31,11 +35,15 @@ class FencedError(RuntimeError):
     """Another driver with the same query identity took over; this one must not write."""
 
 
-def transactional_id(query_id: str) -> str:
+def default_transactional_id(query_id: str) -> str:
+    """The transactional id when the operator did not assign one."""
     return f"sluice-{query_id}"
 
 
-def marker_group(query_id: str, checkpoint_id: str) -> str:
+def marker_group(query_id: str, checkpoint_id: str, consumer_group: str | None = None) -> str:
+    """The group holding the commit marker: under the query's consumer group when it has one."""
+    if consumer_group:
+        return f"{consumer_group}.eos.{checkpoint_id}"
     return f"sluice-eos-{query_id}-{checkpoint_id}"
 
 
@@ -55,14 +63,18 @@ class TransactionalSink:
         topic: str,
         query_id: str,
         checkpoint: str,
-        extra: dict[str, str] | None = None,
+        security: KafkaSecurity | None = None,
+        transactional_id: str | None = None,
+        consumer_group: str | None = None,
         transaction_timeout_ms: int = 60000,
     ) -> None:
         self.bootstrap = bootstrap
         self.topic = topic
         self.query_id = query_id
         self.checkpoint = checkpoint
-        self.extra = {k.removeprefix("kafka."): v for k, v in (extra or {}).items()}
+        self.security = security or KafkaSecurity()
+        self.transactional_id = transactional_id or default_transactional_id(query_id)
+        self.consumer_group = consumer_group
         self.transaction_timeout_ms = transaction_timeout_ms
         self._producer: Any = None
         self._consumer: Any = None
@@ -76,14 +88,13 @@ class TransactionalSink:
         """Initialise transactions (fences any older driver of this query identity)."""
         from confluent_kafka import Producer
 
-        conf = {
-            "bootstrap.servers": self.bootstrap,
-            "transactional.id": transactional_id(self.query_id),
+        conf: dict[str, Any] = {
+            **librdkafka_config(self.bootstrap, self.security),
+            "transactional.id": self.transactional_id,
             "transaction.timeout.ms": self.transaction_timeout_ms,
             "enable.idempotence": True,
             "linger.ms": 20,
             "compression.type": "lz4",
-            **self.extra,
         }
         self._producer = Producer(conf)
         self._producer.init_transactions(30)
@@ -94,14 +105,13 @@ class TransactionalSink:
             return
         from confluent_kafka import Consumer, TopicPartition
 
-        self._group = marker_group(self.query_id, checkpoint_id(self.checkpoint))
+        self._group = marker_group(self.query_id, checkpoint_id(self.checkpoint), self.consumer_group)
         self._consumer = Consumer(
             {
-                "bootstrap.servers": self.bootstrap,
+                **librdkafka_config(self.bootstrap, self.security),
                 "group.id": self._group,
                 "enable.auto.commit": False,
                 "isolation.level": "read_committed",
-                **{k: v for k, v in self.extra.items() if k.startswith(("security.", "sasl.", "ssl."))},
             }
         )
         committed = self._consumer.committed([TopicPartition(self.topic, 0)], timeout=30)

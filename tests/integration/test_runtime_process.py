@@ -157,8 +157,18 @@ def test_kill_9_then_restart(kafka: str, spark_jars: list[Path], tmp_path: Path,
         assert len(got) == TOTAL
 
 
+def _samples(text: str, name: str) -> list[tuple[dict[str, str], float]]:
+    """(labels, value) of the sample lines of metric ``name`` in a Prometheus text exposition."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    return [(dict(s.labels), float(s.value))
+            for family in text_string_to_metric_families(text) for s in family.samples if s.name == name]
+
+
 def test_drain_on_sigterm(kafka: str, spark_jars: list[Path], tmp_path: Path) -> None:
+    from sluice.core.plan.model import KafkaSourceV1, Plan
     from sluice_runtime.drain import last_commit, last_offsets
+    from sluice_runtime.pipeline import query_name
 
     plan_path, out, ids = _setup(kafka, tmp_path, "atLeastOnce")
     ck, qid = tmp_path / "ck", unique("q")
@@ -170,13 +180,23 @@ def test_drain_on_sigterm(kafka: str, spark_jars: list[Path], tmp_path: Path) ->
         time.sleep(1)
     assert rt.get("/readyz") == (200, "ok\n")
     code, metrics = rt.get("/metrics")
-    assert (
-        code == 200 and "sluice_last_committed_batch_id" in metrics and "sluice_kafka_lag_records" in metrics
-    )
+    assert code == 200, metrics
+    query = query_name(qid)
+    # the sample lines, not just the # HELP lines: output >= 450 records at 150 per batch means
+    # batches 0..2 ran, so batch 1 had committed (and reported its progress) before batch 2 wrote
+    (committed,) = [v for labels, v in _samples(metrics, "sluice_last_committed_batch_id")
+                    if labels["query"] == query]
+    assert committed >= 1 and committed == int(committed), metrics
+    lags = {(labels["topic"], labels["partition"]): v
+            for labels, v in _samples(metrics, "sluice_kafka_lag_records") if labels["query"] == query}
+    (src,) = {s.topic for s in Plan.from_json(plan_path.read_bytes()).steps if isinstance(s, KafkaSourceV1)}
+    assert set(lags) == {(src, "0"), (src, "1")}, metrics
+    assert all(0 <= v <= TOTAL for v in lags.values()) and sum(lags.values()) < TOTAL, lags
     rt.proc.send_signal(signal.SIGTERM)
     assert rt.wait(180) == 0, rt.tail()
     last = last_offsets(ck)
     assert last is not None and last == last_commit(ck), "the last offsets/N has no commits/N"
+    assert last >= committed, "the drained checkpoint ends before a batch the metrics reported committed"
     before = len(consume(kafka, out, committed_only=False, expect=1))
     again = Runtime(tmp_path, plan_path, ck, kafka, spark_jars, qid, "--available-now")
     assert again.wait() == 0, again.tail()

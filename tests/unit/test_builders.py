@@ -144,13 +144,21 @@ def test_executors_use_spark_kubernetes_scheduler() -> None:
                                        sparkConf={"spark.foo": "bar"}))
     sts = builders.driver_statefulset(ctx, H, "cm")
     env = env_of(sts)
-    assert env["SLUICE_MASTER"] == "k8s://https://kubernetes.default.svc"
+    # the API server the pod runs under, from the variables the kubelet injects into every pod
+    assert env["SLUICE_MASTER"] == "k8s://https://$(KUBERNETES_SERVICE_HOST):$(KUBERNETES_SERVICE_PORT)"
     conf = json.loads(env["SLUICE_SPARK_CONF"])
     assert conf["spark.executor.instances"] == "3"
     assert conf["spark.kubernetes.container.image"] == "reg/sluice-runtime:9"
-    assert conf["spark.kubernetes.authenticate.driver.serviceAccountName"] == "totals-spark"
-    assert conf["spark.kubernetes.driver.pod.name"] == "totals-driver-0"
-    assert conf["spark.driver.host"] == "totals-driver-0.totals-metrics.shop.svc"
+    assert conf["spark.kubernetes.driver.pod.name"] == "$(POD_NAME)"
+    assert conf["spark.driver.host"] == conf["spark.driver.bindAddress"] == "$(POD_IP)"
+    # $(VAR) expands only against variables defined earlier in the list
+    names = [e["name"] for e in sts["spec"]["template"]["spec"]["containers"][0]["env"]]
+    assert names.index("POD_IP") < names.index("SLUICE_SPARK_CONF")
+    assert names.index("POD_NAME") < names.index("SLUICE_SPARK_CONF")
+    # executors write state store files: they mount the driver's state claim at the same path
+    claim = "spark.kubernetes.executor.volumes.persistentVolumeClaim.state"
+    assert conf[f"{claim}.options.claimName"] == "totals-state"
+    assert conf[f"{claim}.mount.path"] == "/var/lib/sluice/state"
     assert conf["spark.foo"] == "bar"
     assert conf["spark.executor.memory"] == "716m"
     assert sts["spec"]["template"]["spec"]["automountServiceAccountToken"] is True

@@ -14,7 +14,13 @@ def test_default_catalog_runs_the_runtime_from_the_repo_venv() -> None:
     catalog = Catalog.load()
     image = catalog.find("ghcr.io/sluice/sluice-runtime:0.1.0")
     assert image is not None
-    assert image.entrypoint == [str(REPO / ".venv/bin/sluice-runtime"), "run"]
+    runtime = str(REPO / ".venv/bin/sluice-runtime")
+    # like the runtime image: ENTRYPOINT sluice-runtime, CMD run; Spark's executor pods pass
+    # the argument `executor`
+    assert image.entrypoint == [runtime] and image.cmd == ["run"]
+    assert argv_for({"name": "c", "image": "sluice-runtime:0.1.0"}, image) == [runtime, "run"]
+    assert argv_for({"name": "c", "image": "sluice-runtime:0.1.0", "args": ["executor"]}, image) == [
+        runtime, "executor"]
     assert catalog.find("sluice-runtime:dev") is image
     assert catalog.find("unknown/thing:1") is None
     assert DEFAULT_CATALOG.exists()

@@ -54,13 +54,17 @@ def test_env_and_defaults() -> None:
         "SLUICE_SPARK_CONF": "a=1\nb=2, c = 3",
         "SLUICE_AVAILABLE_NOW": "true",
         "SLUICE_QUERY_ID": "q",
-        "SLUICE_KAFKA_SECURITY_PROTOCOL": "SSL",
+        "SLUICE_KAFKA_SASL_MECHANISM": "PLAIN",
+        "SLUICE_KAFKA_SASL_USERNAME": "u",
+        "SLUICE_KAFKA_SASL_PASSWORD": "p",
+        "SLUICE_KAFKA_BOOTSTRAP": "ignored:1",  # exported by .platform/env, not a client setting
     }
     c = _resolve([], env)
     assert c.plan == "p.json" and c.master == "local[2]" and c.http_addr == "0.0.0.0:8080"
     assert c.conf == {"a": "1", "b": "2", "c": "3"}
     assert c.available_now and c.query_id == "q"
-    assert c.kafka == {"security.protocol": "SSL"}
+    assert c.kafka.protocol == "SASL_PLAINTEXT" and c.kafka.sasl_username == "u"
+    assert c.consumer_group is None and c.transactional_id is None and not c.resolve_connector
 
 
 def test_flag_beats_env() -> None:

@@ -96,3 +96,18 @@ def test_control_plane_does_not_import_pyspark() -> None:
 
     code = "import sys, sluice.commands.run, sluice.cli; sys.exit('pyspark' in sys.modules)"
     assert subprocess.run([sys.executable, "-c", code]).returncode == 0
+
+
+def test_without_jars_the_runtime_resolves_the_connector() -> None:
+    """No ``--jars``, no ``SLUICE_JARS``: the runtime lets Spark resolve the Kafka connector
+    (``--resolve-connector``; the coordinates are the runtime's business, see
+    ``tests/unit/test_runtime_kafka_security.py``)."""
+    base = ("q.yaml", "--bootstrap", "h:1", "--checkpoint", "/ck")
+    assert "--resolve-connector" in run_cmd.runtime_command(_args(*base), "/p.json", "q", env={})
+    for argv, env in (
+        ((*base, "--jars", "x.jar"), {}),
+        (base, {"SLUICE_JARS": "/cache/a.jar"}),
+        ((*base, "--conf", "spark.jars.packages=g:a:1"), {}),
+        ((*base, "--conf", "spark.jars=/x.jar"), {}),
+    ):
+        assert "--resolve-connector" not in run_cmd.runtime_command(_args(*argv), "/p.json", "q", env=env)

@@ -3,6 +3,9 @@
 Compiles the manifest in this process, writes the plan to a temporary file and runs the Sluice
 runtime (``python -m sluice_runtime.cli run``) as a child process: the control plane never imports
 PySpark. With ``--available-now`` the runtime processes what is in the source topics and exits 0.
+Without ``--jars`` (nor ``SLUICE_JARS``, nor ``--conf spark.jars...``) the runtime is started with
+``--resolve-connector``: unless PySpark ships Spark's Kafka connector, Spark resolves it from Maven
+Central (``spark.jars.packages``, the version matching the installed PySpark).
 An invalid manifest exits 1 with ``FILE: line L, column C: message`` on stderr; SQL positions are
 translated into positions in FILE.
 """
@@ -15,6 +18,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +36,10 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--available-now", action="store_true", help="process what is there, then exit")
     parser.add_argument("--master", default=None, help="Spark master (default local[2])")
     parser.add_argument("--conf", action="append", default=[], metavar="K=V", help="Spark setting")
-    parser.add_argument("--jars", default=None, help="comma-separated jars (Kafka connector)")
+    parser.add_argument(
+        "--jars", default=None,
+        help="comma-separated jars (Kafka connector; default: $SLUICE_JARS, else Spark resolves it)",
+    )
     parser.add_argument("--http-addr", default="off", help="runtime HTTP endpoint (default off)")
     parser.add_argument("--query-id", default=None, help="query identity (default local-NAMESPACE-NAME)")
 
@@ -98,7 +105,19 @@ def compile_file(path: str) -> tuple[Any, Any]:
     return compile_query(manifest.spec), manifest
 
 
-def runtime_command(args: argparse.Namespace, plan_path: str, query_id: str) -> list[str]:
+def provides_jars(args: argparse.Namespace, env: Mapping[str, str]) -> bool:
+    """Whether the caller put the Kafka connector on Spark's classpath (``--jars``, ``SLUICE_JARS``
+    or a ``spark.jars``/``spark.jars.packages`` setting)."""
+    if args.jars or env.get("SLUICE_JARS", "").strip():
+        return True
+    keys = {item.partition("=")[0].strip() for item in args.conf}
+    return bool(keys & {"spark.jars", "spark.jars.packages"})
+
+
+def runtime_command(
+    args: argparse.Namespace, plan_path: str, query_id: str, env: Mapping[str, str] | None = None
+) -> list[str]:
+    env = os.environ if env is None else env
     cmd = [
         sys.executable,
         "-m",
@@ -121,6 +140,8 @@ def runtime_command(args: argparse.Namespace, plan_path: str, query_id: str) -> 
         cmd += ["--master", args.master]
     if args.jars:
         cmd += ["--jars", args.jars]
+    if not provides_jars(args, env):
+        cmd.append("--resolve-connector")
     for item in args.conf:
         cmd += ["--conf", item]
     return cmd

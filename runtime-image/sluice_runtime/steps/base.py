@@ -6,6 +6,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from sluice_runtime.kafka_security import KafkaSecurity, spark_kafka_options
+
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
     from sluice.core.plan.model import Plan
@@ -26,16 +28,26 @@ class BuildContext:
     plan: Plan
     bootstrap: str
     query_id: str
-    extra_kafka: dict[str, str] = field(default_factory=dict)
+    security: KafkaSecurity = field(default_factory=KafkaSecurity)
+    #: the query's consumer group (``SLUICE_CONSUMER_GROUP``): prefix of the source's group ids
+    consumer_group: str | None = None
     dead_letters: list[DeadLetterRoute] = field(default_factory=list)
     #: names of ``observe()`` metrics registered by steps (source id -> observation name)
     observations: dict[str, str] = field(default_factory=dict)
 
     def kafka_options(self) -> dict[str, str]:
-        """Kafka client options for Spark's connector (``kafka.``-prefixed)."""
-        opts = {"kafka.bootstrap.servers": self.bootstrap}
-        for key, value in self.extra_kafka.items():
-            opts[key if key.startswith("kafka.") else f"kafka.{key}"] = value
+        """Kafka client options for Spark's connector (``kafka.``-prefixed), source and sink."""
+        return spark_kafka_options(self.bootstrap, self.security)
+
+    def source_options(self) -> dict[str, str]:
+        """:meth:`kafka_options` plus the source's consumer group prefix (when the query has one).
+
+        ``groupIdPrefix``, not ``kafka.group.id``: Spark appends a unique suffix per query, so the
+        dead-letter query reading the same topic never shares a consumer with the main one.
+        """
+        opts = self.kafka_options()
+        if self.consumer_group:
+            opts["groupIdPrefix"] = self.consumer_group
         return opts
 
 

@@ -18,7 +18,7 @@ if TYPE_CHECKING:
 
 
 def read_kafka(step: KafkaSourceV1, ctx: BuildContext) -> DataFrame:
-    reader = ctx.spark.readStream.format("kafka").options(**ctx.kafka_options())
+    reader = ctx.spark.readStream.format("kafka").options(**ctx.source_options())
     reader = reader.option("subscribe", step.topic).option("startingOffsets", step.starting_offsets)
     reader = reader.option("failOnDataLoss", "false")
     if step.max_offsets_per_trigger is not None:

@@ -10,15 +10,16 @@ from sluice.operator.builders.context import (
     BLOCK_MANAGER_PORT,
     DRIVER_PORT,
     HTTP_PORT,
+    MANAGED_BY,
     RUN_AS_USER,
     QueryContext,
 )
-from sluice.operator.builders.network import driver_host
 
 TMP_MOUNT = "/tmp"
 SPARK_LOCAL_MOUNT = "/var/lib/sluice/spark-local"
 #: time on top of the drain budget for the JVM to exit after the last commit
 EXIT_MARGIN_SECONDS = 30
+EXECUTOR_STATE_VOLUME = "spark.kubernetes.executor.volumes.persistentVolumeClaim.state"
 
 
 def spark_conf(ctx: QueryContext) -> dict[str, str]:
@@ -33,15 +34,25 @@ def spark_conf(ctx: QueryContext) -> dict[str, str]:
             "spark.kubernetes.namespace": ctx.namespace,
             "spark.kubernetes.container.image": ctx.image,
             "spark.kubernetes.container.image.pullPolicy": ctx.cluster.image_pull_policy,
-            "spark.kubernetes.authenticate.driver.serviceAccountName": ctx.names.service_account,
-            "spark.kubernetes.driver.pod.name": f"{ctx.names.driver}-0",
+            # client mode inside the driver pod: Spark talks to the API server with the pod's
+            # service account; executor pods are owned by the driver pod (garbage-collected with it)
+            "spark.kubernetes.driver.pod.name": "$(POD_NAME)",
             "spark.kubernetes.executor.podNamePrefix": ctx.names.base,
             "spark.kubernetes.executor.label.sluice.dev/query": ctx.names.base,
             "spark.kubernetes.executor.label.app.kubernetes.io/component": "executor",
-            "spark.driver.host": driver_host(ctx),
-            "spark.driver.bindAddress": "0.0.0.0",
+            "spark.kubernetes.executor.label.app.kubernetes.io/managed-by": MANAGED_BY,
+            # executors connect back to the pod IP (expanded by the kubelet): it needs no DNS, and
+            # the executors live exactly as long as this pod
+            "spark.driver.host": "$(POD_IP)",
+            "spark.driver.bindAddress": "$(POD_IP)",
             "spark.driver.port": str(DRIVER_PORT),
             "spark.driver.blockManager.port": str(BLOCK_MANAGER_PORT),
+            # state store files are written by the executors: they mount the state claim at the
+            # driver's path, so the checkpoint stays one directory (the claim's access mode must
+            # let executor pods mount it: ReadWriteMany across nodes)
+            f"{EXECUTOR_STATE_VOLUME}.options.claimName": ctx.names.state_claim,
+            f"{EXECUTOR_STATE_VOLUME}.mount.path": STATE_MOUNT,
+            f"{EXECUTOR_STATE_VOLUME}.mount.readOnly": "false",
         })
         if res.requests and res.requests.cpu:
             conf["spark.kubernetes.executor.request.cores"] = res.requests.cpu
@@ -52,18 +63,27 @@ def spark_conf(ctx: QueryContext) -> dict[str, str]:
     return dict(sorted(conf.items()))
 
 
+#: Spark refuses an executor heap under 450 MiB (1.5 x its reserved 300 MiB)
+MIN_EXECUTOR_HEAP_MIB = 512
+
+
 def _spark_memory(quantity: str) -> str:
-    """Kubernetes memory quantity -> Spark size (JVM heap ~ 70% of the request)."""
+    """Kubernetes memory quantity -> Spark size (JVM heap ~ 70% of the request, at least the
+    heap Spark accepts)."""
     units = {"Ki": 1 / 1024, "Mi": 1, "Gi": 1024, "Ti": 1024 * 1024, "K": 1 / 1000, "M": 1, "G": 1000}
     for suffix, factor in sorted(units.items(), key=lambda kv: -len(kv[0])):
         if quantity.endswith(suffix):
             mib = float(quantity[: -len(suffix)]) * factor
-            return f"{max(int(mib * 0.7), 256)}m"
-    return f"{max(int(float(quantity) / 1024 / 1024 * 0.7), 256)}m"
+            return f"{max(int(mib * 0.7), MIN_EXECUTOR_HEAP_MIB)}m"
+    return f"{max(int(float(quantity) / 1024 / 1024 * 0.7), MIN_EXECUTOR_HEAP_MIB)}m"
 
 
 def master(ctx: QueryContext) -> str:
-    return "local[*]" if ctx.executors == 0 else "k8s://https://kubernetes.default.svc"
+    """Local mode in the driver pod, or Spark's Kubernetes scheduler against the API server the
+    pod runs under (the kubelet expands the in-cluster service variables)."""
+    if ctx.executors == 0:
+        return "local[*]"
+    return "k8s://https://$(KUBERNETES_SERVICE_HOST):$(KUBERNETES_SERVICE_PORT)"
 
 
 def _secret_env(name: str, ref: Any) -> dict[str, Any]:
