@@ -1,10 +1,16 @@
 """Ground truth for the upgrade classifier against real Kafka and PySpark.
 
-A representative subset of tests/corpus/upgrades runs here (each pair takes 15-40 s on 2 cores:
-the old query, the forced in-place restart and, for replace verdicts, two fresh runs of the new
-query). ``python bench/upgrade_ground_truth.py --write`` runs the whole corpus and regenerates
-docs/upgrade-evidence.md and the corpus files' ``spark:`` blocks; SLUICE_GT_ALL=1 runs every pair
-here too.
+Every pair of tests/corpus/upgrades runs here, in one SparkSession: the old query over the first
+half, then the new query forced in place on the same checkpoint over the second half, and the
+result is judged against the correct in-place outcome computed in plain Python
+(tests/integration/upgrade_harness.py). The replace outcomes (the new query on fresh checkpoints,
+two more runs per replace pair) are not needed for the judgement and are left to ``python
+bench/upgrade_ground_truth.py --write``, which regenerates docs/upgrade-evidence.md and the corpus
+files' ``spark:`` blocks. SLUICE_GT_PAIRS=substring[,substring...] narrows the run (development).
+
+A pair may document a classifier bug the ground truth found and that is not fixed yet
+(``expect.groundTruth: over-strict``): the test then expects exactly that outcome, so it fails
+both when Spark's behaviour changes and when the rule is fixed (remove the annotation then).
 """
 
 from __future__ import annotations
@@ -16,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -23,18 +30,9 @@ import upgrade_harness as h
 
 pytestmark = pytest.mark.integration
 
-SUBSET = [
-    "04-filter-stateless",  # in-place, stateless: old rows + new rows, exactly
-    "05-filter-before-aggregate",  # in-place, stateful: state continues with the new filter
-    "12-group-by-same-type",  # replace: Spark restarts silently with wrong counts
-    "20-count-to-sum",  # replace: count -> sum(bigint) silently mixes buffers
-    "21-avg-to-sum",  # replace: Spark refuses the state schema
-    "19-join-time-condition",  # replace: designed input, a match lost to the old range's eviction
-    "26-source-topic",  # replace: the new topic is read from earliest on top of the old state
-    "31-output-mode",  # in-place: update -> append on windows, designed input and reference
-]
 ALL = sorted(p.stem for p in h.CORPUS.glob("[0-9][0-9]-*.yaml"))
-PAIRS = ALL if os.environ.get("SLUICE_GT_ALL") else SUBSET
+_ONLY = [s for s in os.environ.get("SLUICE_GT_PAIRS", "").split(",") if s]
+PAIRS = [p for p in ALL if not _ONLY or any(s in p for s in _ONLY)]
 
 
 @pytest.fixture(scope="module")
@@ -48,7 +46,15 @@ def spark(spark_jars: list[Path]) -> Iterator[Any]:
 def test_ground_truth(name: str, spark: Any, kafka: str, tmp_path: Path) -> None:
     path = h.CORPUS / f"{name}.yaml"
     outcome = h.run_pair(spark, kafka, path, tmp_path)
+    known = (yaml.safe_load(path.read_text(encoding="utf-8"))["expect"] or {}).get("groundTruth")
+    if known:
+        assert outcome.classifier_bug == known, (
+            f"{name}: documented as a known {known} classifier bug, but Spark forced in place gives "
+            f"{outcome.spark} {outcome.error_class or ''} {outcome.detail}: update expect.groundTruth"
+        )
+        return
+    bug = f"classifier bug ({outcome.classifier_bug}): " if outcome.classifier_bug else ""
     assert outcome.consistent, (
-        f"{name}: verdict {outcome.verdict} but Spark forced in place gives {outcome.spark} "
+        f"{name}: {bug}verdict {outcome.verdict} but Spark forced in place gives {outcome.spark} "
         f"{outcome.error_class or ''} {outcome.detail}"
     )

@@ -78,3 +78,16 @@ def test_runtime_reads_checkpoint_files(tmp_path: Path) -> None:
     problems = backstop.verify(tmp_path, agg_plan(group="region"))
     assert any("shuffle.partitions=3" in x for x in problems)
     assert any("aggregate-1" in x for x in problems)
+
+
+def test_signature_recorded_by_version_1_is_compared_in_version_1() -> None:
+    """Checkpoints recorded before signature version 2 stay usable (and keep catching changes)."""
+    p = join_plan()
+    v1 = json.loads(json.dumps(state_signature(p, 1)))
+    assert v1["version"] == 1 and state_signature(p)["version"] == 2
+    assert v1["steps"]["join-1"]["keys"] == [["`orders.customer:string`", "`orders.customer:string`"]]
+    assert state_signature(p)["steps"]["join-1"]["keys"] == [
+        ["`orders.customer:string`", "`payments.customer:string`"]
+    ]
+    assert check(p, CheckpointFacts(signature=v1)) == []
+    assert any("joinType" in x for x in check(join_plan("leftOuter"), CheckpointFacts(signature=v1)))

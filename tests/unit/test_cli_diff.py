@@ -71,6 +71,28 @@ def test_diff_same_file_is_none(tmp_path: Path, capsys: pytest.CaptureFixture[st
     assert json.loads(capsys.readouterr().out)["decision"] == "none"
 
 
+def test_diff_resources_only_is_transparent(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    old, _ = _write_pair(tmp_path, "05-filter-before-aggregate.yaml")
+    doc = yaml.safe_load(Path(old).read_text())
+    doc["spec"]["resources"] = {"driver": {"limits": {"memory": "2Gi"}}}
+    new = tmp_path / "resources.yaml"
+    new.write_text(yaml.safe_dump(doc))
+    assert main(["diff", old, str(new), "-o", "json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert (data["category"], data["decision"]) == ("transparent", "in-place")
+    assert data["changes"] == [
+        {
+            "category": "transparent",
+            "step": "spec",
+            "field": "resources.driver.limits.memory",
+            "old": None,
+            "new": "2Gi",
+            "message": data["changes"][0]["message"],
+        }
+    ]
+    assert "spec.resources.driver.limits.memory changed from none to '2Gi'" in data["reasons"][0]
+
+
 def test_diff_compile_error_exits_one(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     old, new = _write_pair(tmp_path, "04-filter-stateless.yaml")
     doc = yaml.safe_load(Path(new).read_text())

@@ -1,8 +1,11 @@
 """``sluice diff OLD.yaml NEW.yaml``: what upgrading a StreamingQuery from OLD to NEW needs.
 
 Both files are StreamingQuery manifests. The upgrade policy (``spec.upgrade``) is the NEW
-manifest's. Exit 0 for any valid pair (whatever the decision, including ``reject``); exit 1 with
-``FILE: line L, column C: message`` on stderr when either manifest does not load or compile.
+manifest's. Besides the compiled plans, the spec fields outside the plan that change how the query
+runs (``spec.resources``, ``spec.restartNonce``, the sink topic's partitions and replication factor)
+are compared: a change there alone is ``transparent`` / ``in-place``. Exit 0 for any valid pair
+(whatever the decision, including ``reject``); exit 1 with ``FILE: line L, column C: message`` on
+stderr when either manifest does not load or compile.
 """
 
 from __future__ import annotations
@@ -70,8 +73,14 @@ def run(args: argparse.Namespace) -> int:
             print(f"{path}: cannot read: {exc.strerror or exc}", file=sys.stderr)
     if failed:
         return 1
-    (old_plan, _), (new_plan, new_manifest) = loaded
-    decision = classify(old_plan, new_plan, new_manifest.upgrade)
+    (old_plan, old_manifest), (new_plan, new_manifest) = loaded
+    decision = classify(
+        old_plan,
+        new_plan,
+        new_manifest.upgrade,
+        old_spec=old_manifest.raw.get("spec") or {},
+        new_spec=new_manifest.raw.get("spec") or {},
+    )
     result = decision.to_json_dict()
     if args.output == "json":
         print(json.dumps(result, indent=2))

@@ -9,7 +9,10 @@ checkpoint itself (``sluice_runtime.backstop`` reads the files and calls this mo
 - the state signature recorded in the checkpoint when it was created (``sluice/state.json``:
   every stateful step's keys, aggregates, windows, join and dedup parameters expanded down to typed
   source columns, see :mod:`sluice.core.classify.lineage`) must equal the new plan's. This is
-  stricter than Spark's own check, which compares state schemas by type only.
+  stricter than Spark's own check, which compares state schemas by type only. A signature is
+  compared with the plan's signature of the same version (version 1: the expansions before
+  pass-through projections and aggregate outputs were expanded to what they compute, and before
+  join keys were resolved on the join's own sides), so checkpoints recorded earlier stay usable.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ from typing import Any
 from sluice.core.classify.lineage import Lineage
 from sluice.core.plan.model import STATEFUL_STEP_TYPES, Plan
 
-SIGNATURE_VERSION = 1
+SIGNATURE_VERSION = 2
 
 #: Spark operator names (state/<op>/_metadata/metadata operatorName) per stateful step type.
 SPARK_OPERATORS = {
@@ -36,9 +39,10 @@ def _expand_all(lin: Lineage, step: Any, exprs: list[str]) -> list[str]:
     return [lin.expand(e, list(step.inputs)) if e != "*" else "*" for e in exprs]
 
 
-def state_signature(plan: Plan) -> dict[str, Any]:
-    """What the state of every stateful step means, as JSON-able data."""
-    lin = Lineage(plan)
+def state_signature(plan: Plan, version: int = SIGNATURE_VERSION) -> dict[str, Any]:
+    """What the state of every stateful step means, as JSON-able data (in signature ``version``)."""
+    legacy = version < 2
+    lin = Lineage(plan, legacy=legacy)
     steps: dict[str, Any] = {}
     for step in plan.steps:
         if step.type not in STATEFUL_STEP_TYPES:
@@ -47,12 +51,13 @@ def state_signature(plan: Plan) -> dict[str, Any]:
         keys = getattr(step, "keys", None)
         if step.type == "streamStreamJoinV1":
             sig["joinType"] = step.join_type  # type: ignore[union-attr]
+            over = list(step.inputs) if legacy else [step.id]  # v2: qualified columns on the join's sides
             sig["keys"] = [
-                [lin.expand(k.left, list(step.inputs)), lin.expand(k.right, list(step.inputs))]
-                for k in step.keys
-            ]  # type: ignore[union-attr]
+                [lin.expand(k.left, over), lin.expand(k.right, over)]
+                for k in step.keys  # type: ignore[union-attr]
+            ]
             tc = step.time_condition  # type: ignore[union-attr]
-            sig["timeCondition"] = lin.expand(tc, list(step.inputs)) if tc else None
+            sig["timeCondition"] = lin.expand(tc, over) if tc else None
             sig["inputs"] = [
                 [f"{f.name} {f.type}" for f in lin.by_id[i].schema_] for i in step.inputs if i in lin.by_id
             ]
@@ -71,7 +76,7 @@ def state_signature(plan: Plan) -> dict[str, Any]:
         steps[step.id] = sig
     watermarks = {s.id: [s.column, s.delay] for s in plan.steps if s.type == "watermarkV1"}  # type: ignore[union-attr]
     return {
-        "version": SIGNATURE_VERSION,
+        "version": version,
         "settings": plan.settings.spark_conf(),
         "steps": steps,
         "watermarks": watermarks,
@@ -122,7 +127,7 @@ def check(plan: Plan, facts: CheckpointFacts) -> list[str]:
                 )
     if facts.signature is not None:
         old = facts.signature
-        new = state_signature(plan)
+        new = state_signature(plan, int(old.get("version") or 1))
         old_steps, new_steps = old.get("steps", {}), new["steps"]
         for sid in sorted(set(old_steps) | set(new_steps)):
             a, b = old_steps.get(sid), new_steps.get(sid)

@@ -13,18 +13,27 @@ Rules (docs/upgrades.md explains each with the Spark evidence):
 - filters, HAVING, projections not feeding state, source columns, sink topic, malformed handling,
   output mode update -> append when every stateful operator is a windowed aggregation
   -> ``data-selection`` -> ``in-place``;
-- trigger interval, rate limit, starting offsets, delivery -> ``transparent`` -> ``in-place``.
+- trigger interval, rate limit, starting offsets, delivery -> ``transparent`` -> ``in-place``;
+- spec fields outside the plan that change how the query runs (pod resources, restart nonce, sink
+  topic creation settings; ``old_spec``/``new_spec``, see :mod:`sluice.core.classify.runtime`)
+  -> ``transparent`` -> ``in-place``.
 The most severe category decides; ``replace`` becomes ``reject`` when the policy forbids it.
+Steps are paired by their place in the plan, not by their (positional) ids
+(:mod:`sluice.core.classify.match`).
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
+from sluice.core.classify.common import IN_PLACE_ROWS, plain
 from sluice.core.classify.lineage import Lineage
+from sluice.core.classify.match import Matching, match
 from sluice.core.classify.model import DECISION_FOR, SEVERITY, Category, Change, UpgradeDecision, severity
+from sluice.core.classify.runtime import runtime_changes
 from sluice.core.classify.steps import KNOWN_STEP_TYPES, REPLACE, TRANSPARENT, Ctx, compare_step, fmt
-from sluice.core.plan.model import PLAN_FORMAT_VERSION, STATEFUL_STEP_TYPES, FieldSpec, Plan
+from sluice.core.plan.model import PLAN_FORMAT_VERSION, STATEFUL_STEP_TYPES, Plan
 from sluice.core.spec import UpgradePolicy
 
 _SETTING_NAMES = {
@@ -65,7 +74,10 @@ def _decide(changes: list[Change], policy: UpgradePolicy, old: Plan, new: Plan) 
         )
         reasons.append(f"The query is replaced by one with a new checkpoint: {how}.")
     elif decision == "none":
-        reasons = ["The new plan is identical to the running plan (same hash): nothing to do."]
+        reasons = [
+            "The new plan is identical to the running plan (same hash) and so is every spec field that "
+            "changes how it runs: nothing to do."
+        ]
     return UpgradeDecision(
         category=category,
         decision=decision,
@@ -225,12 +237,21 @@ def _added_removed(step: Any, added: bool, stateful_plan: bool) -> Change:
     )
 
 
-def _output_schema(old: list[FieldSpec], new: list[FieldSpec], sink_id: str, topic: str) -> list[Change]:
+def _definitions(lin: Lineage, plan: Plan) -> dict[str, str]:
+    """What every output column computes, expanded down to source columns."""
+    sink = plan.sink
+    return {f.name: lin.column(f.name, None, list(sink.inputs), 0) for f in plan.output_schema}
+
+
+def _output_schema(old_plan: Plan, new_plan: Plan, olin: Lineage, nlin: Lineage) -> list[Change]:
+    old, new = list(old_plan.output_schema), list(new_plan.output_schema)
+    sink_id, topic = new_plan.sink.id, new_plan.sink.topic
     out: list[Change] = []
-    on = [f.name for f in old]
-    nn = [f.name for f in new]
     ot = {f.name: f.type for f in old}
     nt = {f.name: f.type for f in new}
+    odef, ndef = _definitions(olin, old_plan), _definitions(nlin, new_plan)
+    oshow = _definitions(Lineage(old_plan, display=True), old_plan)
+    nshow = _definitions(Lineage(new_plan, display=True), new_plan)
     tail = (
         f"Consumers of topic {fmt(topic)} see this from the next record on; the column change by "
         f"itself touches no operator state, "
@@ -264,6 +285,7 @@ def _output_schema(old: list[FieldSpec], new: list[FieldSpec], sink_id: str, top
                     message=f"Step {sink_id}: output column '{f.name} {f.type}' removed. {tail}",
                 )
             )
+    redefined: set[str] = set()
     for f in new:
         if f.name not in ot and f.name not in renamed:
             out.append(
@@ -288,8 +310,38 @@ def _output_schema(old: list[FieldSpec], new: list[FieldSpec], sink_id: str, top
                     f"'{f.name} {ot[f.name]}' to '{f.name} {f.type}'. {tail}",
                 )
             )
-    common_old = [n for n in on if n in nt]
-    common_new = [n for n in nn if n in ot]
+        elif f.name in ot and odef.get(f.name) != ndef.get(f.name):
+            redefined.add(f.name)
+            was, now = oshow[f.name], nshow[f.name]
+            if was == now:  # the same text: a type changed under it
+                was, now = plain(odef[f.name]), plain(ndef[f.name])
+            moved = [n for n, d in odef.items() if n != f.name and d == ndef[f.name]]
+            if moved:
+                what = (
+                    f"now holds {fmt(now)}, which was output as {fmt(moved[0])} before (it held {fmt(was)}): "
+                    f"the values moved to other column names. {tail}"
+                )
+                category: Category = "schema-evolution"
+            else:
+                what = (
+                    f"is now computed as {fmt(now)} (was {fmt(was)}); consumers of topic {fmt(topic)} see "
+                    f"the new values from the next record on. {IN_PLACE_ROWS} (Operator state that depends "
+                    f"on it is reported separately.)"
+                )
+                category = "data-selection"
+            out.append(
+                Change(
+                    category=category,
+                    step=sink_id,
+                    field=f"outputSchema.{f.name}",
+                    old=was,
+                    new=now,
+                    message=f"Step {sink_id}: output column {fmt(f.name)} {what}",
+                )
+            )
+    # the order of the columns that kept their name and meaning
+    common_old = [f.name for f in old if f.name in nt and f.name not in redefined]
+    common_new = [f.name for f in new if f.name in ot and f.name not in redefined]
     if common_old != common_new:
         out.append(
             Change(
@@ -305,36 +357,53 @@ def _output_schema(old: list[FieldSpec], new: list[FieldSpec], sink_id: str, top
     return out
 
 
-def _stateful_order(old: Lineage, new: Lineage) -> list[Change]:
+def _stateful_order(old: Lineage, new: Lineage, matching: Matching) -> list[Change]:
     out: list[Change] = []
-    for sid, step in new.by_id.items():
-        if step.type not in STATEFUL_STEP_TYPES or sid not in old.by_id or old.by_id[sid].type != step.type:
+    for ostep, nstep in matching.pairs:
+        if nstep.type not in STATEFUL_STEP_TYPES:
             continue
-        oa = sorted(a for a in old.ancestors(sid) if old.by_id[a].type in STATEFUL_STEP_TYPES)
-        na = sorted(a for a in new.ancestors(sid) if new.by_id[a].type in STATEFUL_STEP_TYPES)
+        oa = sorted(
+            matching.new_id(a) or f"{a} (removed)"
+            for a in old.ancestors(ostep.id)
+            if old.by_id[a].type in STATEFUL_STEP_TYPES
+        )
+        na = sorted(a for a in new.ancestors(nstep.id) if new.by_id[a].type in STATEFUL_STEP_TYPES)
         if oa != na:
             out.append(
                 Change(
                     category="topology",
-                    step=sid,
+                    step=nstep.id,
                     field="inputs",
                     old=oa,
                     new=na,
-                    message=f"Step {sid}: the stateful operators before it changed from {fmt(oa)} to "
+                    message=f"Step {nstep.id}: the stateful operators before it changed from {fmt(oa)} to "
                     f"{fmt(na)} (operators added, removed or reordered). {REPLACE}",
                 )
             )
     return out
 
 
-def classify(old: Plan, new: Plan, policy: UpgradePolicy | None = None) -> UpgradeDecision:
-    """Classify the upgrade of a running query from plan ``old`` to plan ``new``."""
+def classify(
+    old: Plan,
+    new: Plan,
+    policy: UpgradePolicy | None = None,
+    *,
+    old_spec: Mapping[str, Any] | None = None,
+    new_spec: Mapping[str, Any] | None = None,
+) -> UpgradeDecision:
+    """Classify the upgrade of a running query from plan ``old`` to plan ``new``.
+
+    ``old_spec``/``new_spec``: the StreamingQuery specs (plain mappings, as in the manifest) the
+    plans were compiled from; their fields outside the plan that change how the query runs (pod
+    resources, restart nonce, sink topic settings) are compared too. Without them only the plans are.
+    """
     policy = policy or UpgradePolicy()
     unsupported = _unsupported(old, new)
     if unsupported:
         return _decide(unsupported, policy, old, new)
+    runtime = runtime_changes(old_spec, new_spec) if old_spec is not None and new_spec is not None else []
     if old.canonical_json() == new.canonical_json():
-        return _decide([], policy, old, new)
+        return _decide(runtime, policy, old, new)
 
     changes: list[Change] = []
     changes += _settings(old, new)
@@ -342,27 +411,17 @@ def classify(old: Plan, new: Plan, policy: UpgradePolicy | None = None) -> Upgra
     stateful = any(s.type in STATEFUL_STEP_TYPES for s in [*old.steps, *new.steps])
     ctx = Ctx(old=olin, new=nlin, stateful=stateful, sink_topic=new.sink.topic)
 
-    osink, nsink = old.sink, new.sink
-    pairs: list[tuple[Any, Any]] = [(osink, nsink)]
-    for step in old.steps:
-        if step is osink:
-            continue
-        other = nlin.by_id.get(step.id)
-        if other is not None and other is not nsink and other.type == step.type:
-            pairs.append((step, other))
-        else:
-            changes.append(_added_removed(step, added=False, stateful_plan=stateful))
-    for step in new.steps:
-        if step is nsink:
-            continue
-        other = olin.by_id.get(step.id)
-        if other is None or other is osink or other.type != step.type:
-            changes.append(_added_removed(step, added=True, stateful_plan=stateful))
-    for a, b in pairs:
+    matching = match(old, new)
+    for step in matching.removed:
+        changes.append(_added_removed(step, added=False, stateful_plan=stateful))
+    for step in matching.added:
+        changes.append(_added_removed(step, added=True, stateful_plan=stateful))
+    # the sink first: its changes (output mode, trigger) are listed before those of other steps
+    for a, b in sorted(matching.pairs, key=lambda p: p[1].type != "kafkaSinkV1"):
         compare_step(ctx, a, b)
     changes += ctx.changes
-    changes += _stateful_order(olin, nlin)
-    changes += _output_schema(list(old.output_schema), list(new.output_schema), nsink.id, nsink.topic)
+    changes += _stateful_order(olin, nlin, matching)
+    changes += _output_schema(old, new, olin, nlin)
     if not changes:
         changes.append(
             Change(
@@ -375,4 +434,5 @@ def classify(old: Plan, new: Plan, policy: UpgradePolicy | None = None) -> Upgra
                 "expressions and schemas. " + TRANSPARENT,
             )
         )
+    changes += runtime
     return _decide(changes, policy, old, new)

@@ -6,7 +6,14 @@ projection changes ``k`` from ``upper(name)`` to ``lower(name)``, and an ``int``
 becomes ``bigint`` changes ``sum(amount)``'s buffer. So every expression a stateful operator uses is
 expanded through projections, filters, watermarks, unions and joins down to leaves that name the
 source and column *and carry its type*; two plans keep a state's meaning only if these expansions
-are equal. Renaming a column on the way (``x AS y`` then ``GROUP BY y``) expands to the same text.
+are equal. Renaming a column on the way (``x AS y`` then ``GROUP BY y``) expands to the same text,
+and so does a projection that only passes a column through (``SELECT x FROM (SELECT x, y ...)``).
+The output of an aggregation expands to what it computes (``n`` of ``count(*) AS n`` is
+``count(*)``), so a column keeps its expansion under another name and changes it under the same one.
+
+``Lineage(plan, display=True)`` expands without types and quotes, for sentences
+(``upper(orders.customer)``); ``legacy=True`` reproduces the expansions of state signature version 1
+(recorded in checkpoints by earlier versions; see :mod:`sluice.core.classify.backstop`).
 """
 
 from __future__ import annotations
@@ -18,12 +25,15 @@ import sqlglot
 from sqlglot import exp
 
 from sluice.core.plan.model import (
+    AggregateV1,
     FieldSpec,
     KafkaSourceV1,
     Plan,
     ProjectV1,
+    SessionWindowAggregateV1,
     StreamStreamJoinV1,
     UnionV1,
+    WindowAggregateV1,
 )
 
 #: Steps that pass their input columns through unchanged.
@@ -42,9 +52,11 @@ def _parse(expr: str) -> exp.Expression | None:
 class Lineage:
     """Expands expressions of one plan down to typed source columns."""
 
-    def __init__(self, plan: Plan) -> None:
+    def __init__(self, plan: Plan, *, display: bool = False, legacy: bool = False) -> None:
         self.plan = plan
         self.by_id = {s.id: s for s in plan.steps}
+        self.display = display
+        self.legacy = legacy
 
     # -- graph -----------------------------------------------------------------------------
     def ancestors(self, step_id: str) -> set[str]:
@@ -77,10 +89,20 @@ class Lineage:
         def replace(node: exp.Expression) -> exp.Expression:
             if isinstance(node, exp.Column) and not isinstance(node.this, exp.Star):
                 leaf = self.column(node.name, node.table or None, step_ids, depth + 1)
-                return exp.Identifier(this=leaf, quoted=True)
+                return exp.Identifier(this=leaf, quoted=not self.display)
             return node
 
         return tree.transform(replace).sql(dialect="spark")
+
+    def _typed(self, text: str, typ: str) -> str:
+        return text if self.display else f"{text}:{typ}"
+
+    def _bare(self, expr: str) -> exp.Column | None:
+        """The column ``expr`` is, if it is nothing but a column reference."""
+        tree = _parse(expr)
+        if isinstance(tree, exp.Column) and not isinstance(tree.this, exp.Star):
+            return tree
+        return None
 
     def column(self, name: str, qualifier: str | None, step_ids: list[str], depth: int) -> str:
         """Expansion of one column read from the outputs of ``step_ids``."""
@@ -105,12 +127,20 @@ class Lineage:
         typ = field.type if field is not None else "?"
         lname = name.lower()
         if isinstance(step, KafkaSourceV1):
-            return f"{step.source}.{name}:{typ}"
+            return self._typed(f"{step.source}.{name}", typ)
         if isinstance(step, ProjectV1):
             for ne in step.expressions:
                 if ne.name.lower() == lname:
-                    return f"({self.expand(ne.expr, list(step.inputs), depth)}):{typ}"
+                    bare = None if self.legacy else self._bare(ne.expr)
+                    if bare is not None:  # a column passed through (maybe renamed): the column itself
+                        return self.column(bare.name, bare.table or None, list(step.inputs), depth + 1)
+                    inner = self.expand(ne.expr, list(step.inputs), depth)
+                    return inner if self.display else f"({inner}):{typ}"
             return f"<unresolved {name} in {step.id}>"
+        if not self.legacy and isinstance(step, AggregateV1 | WindowAggregateV1 | SessionWindowAggregateV1):
+            found = self._aggregated(step, name, typ, depth)
+            if found is not None:
+                return found
         if isinstance(step, StreamStreamJoinV1):
             side = None
             qual = (qualifier or (field.qualifier if field else None) or "").lower()
@@ -130,10 +160,39 @@ class Lineage:
             return self.column(name, None, list(side), depth + 1)
         if isinstance(step, UnionV1):
             parts = [self.column(name, None, [sid], depth + 1) for sid in step.inputs]
-            return f"union({', '.join(parts)}):{typ}"
+            return self._typed(f"union({', '.join(parts)})", typ)
         step_type = getattr(step, "type", "")
         if step_type in _PASS_THROUGH:
             return self.column(name, qualifier, list(getattr(step, "inputs", [])), depth + 1)
-        # The output of another stateful operator (or an unknown step): a leaf of that step; the
-        # operator itself is compared on its own.
-        return f"{getattr(step, 'id', '?')}.{name}:{typ}"
+        # The output of an unknown step: a leaf of that step (compared on its own).
+        return self._typed(f"{getattr(step, 'id', '?')}.{name}", typ)
+
+    def _aggregated(
+        self,
+        step: AggregateV1 | WindowAggregateV1 | SessionWindowAggregateV1,
+        name: str,
+        typ: str,
+        depth: int,
+    ) -> str | None:
+        """What an aggregation's output column ``name`` computes: its key, aggregate or window."""
+        lname = name.lower()
+        inputs = list(step.inputs)
+        for key in step.keys:
+            if key.name.lower() == lname:
+                bare = self._bare(key.expr)
+                if bare is not None:
+                    return self.column(bare.name, bare.table or None, inputs, depth + 1)
+                inner = self.expand(key.expr, inputs, depth + 1)
+                return inner if self.display else f"({inner}):{typ}"
+        text = None
+        for agg in step.aggregates:
+            if agg.name.lower() == lname:
+                text = self.expand(agg.expr, inputs, depth + 1)
+        if isinstance(step, WindowAggregateV1) and step.window.name.lower() == lname:
+            w = step.window
+            slide = f", {w.slide}" if w.slide else ""
+            text = f"window({self.expand(w.column, inputs, depth + 1)}, {w.size}{slide})"
+        if isinstance(step, SessionWindowAggregateV1) and step.session.name.lower() == lname:
+            s = step.session
+            text = f"session_window({self.expand(s.column, inputs, depth + 1)}, {s.gap})"
+        return None if text is None else self._typed(text, typ)

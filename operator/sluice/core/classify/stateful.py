@@ -8,12 +8,33 @@ from __future__ import annotations
 
 from typing import Any
 
-from sluice.core.classify.common import REPLACE, UPSTREAM_NOTE, Ctx, fmt
+from sluice.core.classify.common import REPLACE, UPSTREAM, Ctx, fmt, plain
 from sluice.core.classify.lineage import Lineage
 
 
 def _exp(lin: Lineage, step: Any, expr: str) -> str:
     return lin.expand(expr, list(step.inputs))
+
+
+def _texts(ctx: Ctx, old: Any, new: Any, a: str, b: str, on_step: bool = False) -> tuple[str, str]:
+    """The two texts to show for a changed expression: as written, or expanded if equal as written.
+
+    ``on_step``: the expression is evaluated on the step's own output (a join's qualified columns).
+    """
+    if a != b:
+        return a, b
+    over_old, over_new = ([old.id], [new.id]) if on_step else (list(old.inputs), list(new.inputs))
+    oa, nb = ctx.upstream(over_old, over_new, [a], [b])
+    return oa[0], nb[0]
+
+
+def _changed(a: Any, b: Any, same_text: bool) -> str:
+    if same_text:
+        return (
+            f"has the same text, but reads columns computed differently upstream: {fmt(a)} before, "
+            f"{fmt(b)} now"
+        )
+    return f"changed from {fmt(a)} to {fmt(b)}"
 
 
 def _state_types(ctx: Ctx, old: Any, new: Any) -> set[str]:
@@ -41,14 +62,19 @@ def _keys(ctx: Ctx, old: Any, new: Any, what: str = "grouping keys") -> None:
     if ok != nk:
         ov = [k.expr for k in old.keys]
         nv = [k.expr for k in new.keys]
-        note = UPSTREAM_NOTE if ov == nv else ""
+        if ov == nv:
+            ov, nv = ctx.upstream(list(old.inputs), list(new.inputs), ov, nv)
+            texts = fmt([k.expr for k in new.keys])
+            what = f"{what} {texts} {UPSTREAM}: they read {fmt(ov)} before, {fmt(nv)} now"
+        else:
+            what = f"{what} changed from {fmt(ov)} to {fmt(nv)}"
         ctx.add(
             "topology",
             new.id,
             "keys",
             ov,
             nv,
-            f"Step {new.id}: {what} changed from {fmt(ov)} to {fmt(nv)}{note}. The state is keyed by "
+            f"Step {new.id}: {what}. The state is keyed by "
             f"them; Spark compares state schemas by type only and would silently reuse the old "
             f"groups. {REPLACE}",
         )
@@ -75,14 +101,19 @@ def _aggregates(ctx: Ctx, old: Any, new: Any) -> None:
         detail = "aggregates were removed"
     else:
         detail = "aggregate arguments changed"
-    note = UPSTREAM_NOTE if oe == ne else ""
+    if oe == ne:
+        oe, ne = ctx.upstream(list(old.inputs), list(new.inputs), oe, ne)
+        texts = fmt([a.expr for a in new.aggregates])
+        change = f"aggregates {texts} {UPSTREAM}: they read {fmt(oe)} before, {fmt(ne)} now"
+    else:
+        change = f"{detail}, from {fmt(oe)} to {fmt(ne)}"
     ctx.add(
         "topology",
         new.id,
         "aggregates",
         oe,
         ne,
-        f"Step {new.id}: {detail}, from {fmt(oe)} to {fmt(ne)}{note}. The state holds one buffer per "
+        f"Step {new.id}: {change}. The state holds one buffer per "
         f"aggregate, in order; Spark checks state schemas by type only, so a change that keeps the "
         f"buffer types (count -> sum of a bigint) passes unnoticed. {REPLACE}",
     )
@@ -110,14 +141,15 @@ def _window(ctx: Ctx, old: Any, new: Any) -> set[str]:
             )
     oc, nc = _exp(ctx.old, old, ow.column), _exp(ctx.new, new, nw.column)
     if oc != nc:
+        a, b = _texts(ctx, old, new, ow.column, nw.column)
         ctx.add(
             "topology",
             new.id,
             "window.column",
-            ow.column,
-            nw.column,
-            f"Step {new.id}: the window's event-time column changed from {fmt(ow.column)} to "
-            f"{fmt(nw.column)}. {REPLACE}",
+            a,
+            b,
+            f"Step {new.id}: the window's event-time column "
+            f"{_changed(a, b, ow.column == nw.column)}. {REPLACE}",
         )
     _keys(ctx, old, new)
     _aggregates(ctx, old, new)
@@ -139,14 +171,15 @@ def _session(ctx: Ctx, old: Any, new: Any) -> set[str]:
         )
     oc, nc = _exp(ctx.old, old, os_.column), _exp(ctx.new, new, ns.column)
     if oc != nc:
+        a, b = _texts(ctx, old, new, os_.column, ns.column)
         ctx.add(
             "topology",
             new.id,
             "session.column",
-            os_.column,
-            ns.column,
-            f"Step {new.id}: the session's event-time column changed from {fmt(os_.column)} to "
-            f"{fmt(ns.column)}. {REPLACE}",
+            a,
+            b,
+            f"Step {new.id}: the session's event-time column "
+            f"{_changed(a, b, os_.column == ns.column)}. {REPLACE}",
         )
     _keys(ctx, old, new)
     _aggregates(ctx, old, new)
@@ -173,37 +206,47 @@ def _join(ctx: Ctx, old: Any, new: Any) -> set[str]:
             f"(Spark does not detect this when it restarts). {REPLACE}",
         )
 
+    # qualified columns (o.x, p.y) are resolved on the join itself, which knows its sides
     def keys(lin: Lineage, step: Any) -> list[tuple[str, str]]:
-        return [
-            (lin.expand(k.left, list(step.inputs)), lin.expand(k.right, list(step.inputs))) for k in step.keys
-        ]
+        return [(lin.expand(k.left, [step.id]), lin.expand(k.right, [step.id])) for k in step.keys]
 
     if keys(ctx.old, old) != keys(ctx.new, new):
         ov = [f"{k.left} = {k.right}" for k in old.keys]
         nv = [f"{k.left} = {k.right}" for k in new.keys]
+        if ov == nv:
+            ov, nv = ctx.upstream([old.id], [new.id], ov, nv)
+            texts = fmt([f"{k.left} = {k.right}" for k in new.keys])
+            what = f"join keys {texts} {UPSTREAM}: {fmt(ov)} before, {fmt(nv)} now"
+        else:
+            what = f"join keys changed from {fmt(ov)} to {fmt(nv)}"
         ctx.add(
             "topology",
             new.id,
             "keys",
             ov,
             nv,
-            f"Step {new.id}: join keys changed from {fmt(ov)} to {fmt(nv)}. Buffered rows are stored "
+            f"Step {new.id}: {what}. Buffered rows are stored "
             f"under the old keys; Spark checks key types only and would silently miss matches. {REPLACE}",
         )
     for fld, label in (("time_condition", "timeCondition"), ("condition", "condition")):
         a, b = getattr(old, fld), getattr(new, fld)
-        ea = ctx.old.expand(a, list(old.inputs)) if a else None
-        eb = ctx.new.expand(b, list(new.inputs)) if b else None
+        ea = ctx.old.expand(a, [old.id]) if a else None
+        eb = ctx.new.expand(b, [new.id]) if b else None
         if ea != eb and not (
             fld == "condition" and any(c.step == new.id and c.field == "keys" for c in ctx.changes)
         ):
+            if a and b and a == b:
+                a, b = _texts(ctx, old, new, a, b, on_step=True)
+                what = _changed(a, b, True)
+            else:
+                what = f"changed from {fmt(a)} to {fmt(b)}"
             ctx.add(
                 "topology",
                 new.id,
                 label,
                 a,
                 b,
-                f"Step {new.id}: join {label} changed from {fmt(a)} to {fmt(b)}. It decides which "
+                f"Step {new.id}: join {label} {what}. It decides which "
                 f"buffered rows are kept and when they expire. {REPLACE}",
             )
     for i, side in enumerate(("left", "right")):
@@ -211,15 +254,23 @@ def _join(ctx: Ctx, old: Any, new: Any) -> set[str]:
         if orows != nrows:
             oc = [f"{n} {t}" for n, t, _ in orows]
             nc = [f"{n} {t}" for n, t, _ in nrows]
-            why = "columns" if oc != nc else "column definitions upstream"
+            if oc != nc:
+                what = f"changed (columns) from {fmt(oc)} to {fmt(nc)}"
+            else:
+                pairs = [(o, n) for o, n in zip(orows, nrows, strict=True) if o != n]
+                oc = [f"{o[0]} = {plain(o[2])}" for o, _ in pairs]
+                nc = [f"{n[0]} = {plain(n[2])}" for _, n in pairs]
+                what = (
+                    f"have the same columns, but some are computed differently upstream: {fmt(oc)} "
+                    f"before, {fmt(nc)} now"
+                )
             ctx.add(
                 "topology",
                 new.id,
                 f"{side}Input",
                 oc,
                 nc,
-                f"Step {new.id}: the {side} input rows buffered in the join state changed "
-                f"({why}) from {fmt(oc)} to {fmt(nc)}. {REPLACE}",
+                f"Step {new.id}: the {side} input rows buffered in the join state {what}. {REPLACE}",
             )
     # aliases only qualify names; their effect is visible in keys/conditions above.
     return {"join_type", "keys", "time_condition", "condition", "left_alias", "right_alias"}
@@ -229,14 +280,22 @@ def _dedup(ctx: Ctx, old: Any, new: Any) -> set[str]:
     oc = [ctx.old.column(c, None, list(old.inputs), 0) for c in old.columns]
     nc = [ctx.new.column(c, None, list(new.inputs), 0) for c in new.columns]
     if oc != nc:
+        ov, nv = list(old.columns), list(new.columns)
+        if ov == nv:
+            ov = [plain(ctx.old_display.column(c, None, list(old.inputs), 0)) for c in old.columns]
+            nv = [plain(ctx.new_display.column(c, None, list(new.inputs), 0)) for c in new.columns]
+            if ov == nv:
+                ov, nv = [plain(x) for x in oc], [plain(x) for x in nc]
+            what = f"{fmt(list(new.columns))} {UPSTREAM}: they read {fmt(ov)} before, {fmt(nv)} now"
+        else:
+            what = f"changed from {fmt(ov)} to {fmt(nv)}"
         ctx.add(
             "topology",
             new.id,
             "columns",
-            old.columns,
-            new.columns,
-            f"Step {new.id}: deduplication columns changed from {fmt(old.columns)} to "
-            f"{fmt(new.columns)}{UPSTREAM_NOTE if old.columns == new.columns else ''}. The state remembers "
+            ov,
+            nv,
+            f"Step {new.id}: deduplication columns {what}. The state remembers "
             f"the old column values, so duplicates would "
             f"be judged against the wrong key. {REPLACE}",
         )

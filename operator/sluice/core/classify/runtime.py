@@ -1,0 +1,91 @@
+"""Spec changes outside the plan: how the query runs, not what it computes.
+
+The plan holds everything that decides the results, including the trigger interval and the rate
+limit (``maxOffsetsPerTrigger``), which the plan comparison reports as ``transparent``. A few fields
+of a StreamingQuery spec never reach the plan but still change the running query: pod resources
+(``spec.resources``: driver, executor, executor count), the driver restart nonce, and the sink
+topic's partitions and replication factor (used when the topic is created). Changing them restarts
+the driver on the same checkpoint with the same plan: same results, ``transparent`` -> ``in-place``.
+
+Fields that change neither the plan nor the running query are not compared: the upgrade policy
+(``spec.upgrade``), ``deletionPolicy`` and ``suspend`` (a lifecycle switch, not an upgrade).
+
+Pure: works on the spec as a plain mapping (the manifest's ``spec``), so the diff CLI and the
+operator can pass what they have.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from sluice.core.classify.common import TRANSPARENT, fmt
+from sluice.core.classify.model import Change
+
+#: Spec paths outside the plan that change the running query, and what they do.
+RUNTIME_FIELDS: dict[str, str] = {
+    "resources": "pod resources of the query (driver, executors)",
+    "restartNonce": "the driver is restarted",
+    "sink.partitions": "partitions of the sink topic when it is created",
+    "sink.replicationFactor": "replication factor of the sink topic when it is created",
+}
+
+_SNAKE = {"restart_nonce": "restartNonce", "replication_factor": "replicationFactor"}
+
+
+def _camel(key: str) -> str:
+    if "_" not in key:
+        return key
+    head, *rest = key.split("_")
+    return _SNAKE.get(key, head + "".join(p[:1].upper() + p[1:] for p in rest))
+
+
+def _leaves(value: Any, path: str, out: dict[str, Any]) -> None:
+    """Flatten nested mappings into ``path.to.leaf -> value`` (empty and null leaves left out)."""
+    if isinstance(value, Mapping):
+        for k, v in value.items():
+            _leaves(v, f"{path}.{_camel(str(k))}", out)
+    elif value is not None:
+        out[path] = value
+
+
+def runtime_settings(spec: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The runtime-relevant fields of a StreamingQuery spec outside the plan, flattened.
+
+    ``{"resources.driver.limits.memory": "2Gi", "restartNonce": "a", "sink.partitions": 6}``;
+    accepts camelCase (manifest) or snake_case (``model_dump()``) keys.
+    """
+    out: dict[str, Any] = {}
+    if not spec:
+        return out
+    flat: dict[str, Any] = {}
+    _leaves(spec, "", flat)
+    for path, value in flat.items():
+        path = path.lstrip(".")
+        if any(path == f or path.startswith(f + ".") for f in RUNTIME_FIELDS):
+            out[path] = value
+    return out
+
+
+def runtime_changes(old_spec: Mapping[str, Any] | None, new_spec: Mapping[str, Any] | None) -> list[Change]:
+    """One ``transparent`` change per runtime field (outside the plan) that differs."""
+    old, new = runtime_settings(old_spec), runtime_settings(new_spec)
+    changes: list[Change] = []
+    for path in sorted(set(old) | set(new)):
+        a, b = old.get(path), new.get(path)
+        if a == b:
+            continue
+        top = next(f for f in RUNTIME_FIELDS if path == f or path.startswith(f + "."))
+        changes.append(
+            Change(
+                category="transparent",
+                step="spec",
+                field=path,
+                old=a,
+                new=b,
+                message=f"spec.{path} changed from {fmt(a)} to {fmt(b)} ({RUNTIME_FIELDS[top]}); it is "
+                f"not part of the plan and does not change what the query computes: the driver "
+                f"restarts on the same checkpoint with the same plan. {TRANSPARENT}",
+            )
+        )
+    return changes
