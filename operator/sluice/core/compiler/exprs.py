@@ -8,7 +8,7 @@ from sqlglot import exp
 
 from sluice.core.compiler.casts import can_cast, cast_type_problem
 from sluice.core.compiler.intervals import IntervalError, normalize_interval
-from sluice.core.compiler.scope import Field, Relation, did_you_mean, is_simple_identifier
+from sluice.core.compiler.scope import Field, Relation, ambiguity_hint, did_you_mean, is_simple_identifier
 from sluice.core.compiler.sqlparse import SqlFailure, SqlText
 from sluice.core.compiler.typerules import _ANONYMOUS, TypeRules, func_name, render
 from sluice.core.types import (
@@ -207,12 +207,8 @@ class ExprCompiler(TypeRules):
                     col_ident,
                 )
             if len(matches) > 1:
-                quals = [m.qualifier or "?" for m in matches]
                 raise self.fail(
-                    f"column '{col_ident.name}' is ambiguous: it exists in "
-                    + " and ".join(f"'{q}'" for q in quals)
-                    + f"; qualify it, e.g. '{quals[0]}.{matches[0].name}'",
-                    col_ident,
+                    f"column '{col_ident.name}' is ambiguous: {ambiguity_hint(matches)}", col_ident
                 )
         found = matches[0]
         self.referenced.append(found)

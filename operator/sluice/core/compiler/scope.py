@@ -69,6 +69,15 @@ class Relation:
         return self.describe or (f"'{self.alias}'" if self.alias else "the input")
 
 
+def ambiguity_hint(matches: list[Field]) -> str:
+    """Where an ambiguous column exists, and how to qualify it."""
+    quals = [m.qualifier or "?" for m in matches]
+    return (
+        "it exists in " + " and ".join(f"'{q}'" for q in quals)
+        + f"; qualify it, e.g. '{quals[0]}.{matches[0].name}'"
+    )
+
+
 def did_you_mean(name: str, candidates: list[str]) -> str:
     lowered = {c.lower(): c for c in candidates}
     close = difflib.get_close_matches(name.lower(), list(lowered), n=1, cutoff=0.6)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from sqlglot import exp
 
-from sluice.core.compiler.scope import Field, Relation, did_you_mean
+from sluice.core.compiler.scope import Field, Relation, ambiguity_hint, did_you_mean
 from sluice.core.compiler.sqlparse import SqlText
 
 
@@ -52,13 +52,7 @@ def _excluded(text: SqlText, column: exp.Expr, rel: Relation, fields: list[Field
             name,
         )
     if len(pool) > 1:
-        quals = [f.qualifier or "?" for f in pool]
-        raise text.fail(
-            f"column '{name.name}' in * EXCEPT (...) is ambiguous: it exists in "
-            + " and ".join(f"'{q}'" for q in quals)
-            + f"; qualify it, e.g. '{quals[0]}.{pool[0].name}'",
-            name,
-        )
+        raise text.fail(f"column '{name.name}' in * EXCEPT (...) is ambiguous: {ambiguity_hint(pool)}", name)
     if len(parts) > 1:
         raise text.fail(
             f"excluding a struct field ('{'.'.join(p.name for p in parts)}') with * EXCEPT is not "
