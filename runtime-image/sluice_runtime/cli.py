@@ -19,7 +19,14 @@ flag                  variable                  default
 --consumer-group      SLUICE_CONSUMER_GROUP     (none) prefix of every consumer group used
 --transactional-id    SLUICE_TRANSACTIONAL_ID   sluice-<query id>
 (none)                SLUICE_KAFKA_TLS*, ...    Kafka security, see ``sluice_runtime.kafka_security``
+--lease-name          SLUICE_LEASE_NAME         (none: no election) the query's driver Lease
+--lease-namespace     SLUICE_LEASE_NAMESPACE    namespace of the Lease
+--pod-name            SLUICE_POD_NAME           this driver's pod (role label, identity)
+--lease-seconds       SLUICE_LEASE_SECONDS      10
 ====================  ========================  ========================================
+
+With a Lease name the process is one of the query's drivers: it warms up, waits as a standby and
+runs the plan only while it holds the Lease (see :mod:`sluice_runtime.driver`).
 """
 
 from __future__ import annotations
@@ -61,6 +68,11 @@ class RunConfig:
     consumer_group: str | None = None
     transactional_id: str | None = None
     resolve_connector: bool = False
+    #: election (None: run at once on the checkpoint, no standby)
+    lease_name: str | None = None
+    lease_namespace: str | None = None
+    pod_name: str | None = None
+    lease_seconds: float = 10.0
 
 
 class ConfigError(ValueError):
@@ -121,6 +133,10 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--query-id")
     run.add_argument("--consumer-group")
     run.add_argument("--transactional-id")
+    run.add_argument("--lease-name")
+    run.add_argument("--lease-namespace")
+    run.add_argument("--pod-name")
+    run.add_argument("--lease-seconds")
     run.add_argument("--log-level", default=os.environ.get("SLUICE_LOG_LEVEL", "INFO"))
     return parser
 
@@ -148,6 +164,17 @@ def resolve_config(args: argparse.Namespace, env: Mapping[str, str]) -> RunConfi
     http_addr = pick(args.http_addr, "SLUICE_HTTP_ADDR", "0.0.0.0:8080")
     if http_addr in ("", "off", "none"):
         http_addr = None
+    lease_name = pick(args.lease_name, "SLUICE_LEASE_NAME") or None
+    lease_namespace = pick(args.lease_namespace, "SLUICE_LEASE_NAMESPACE") or None
+    if lease_name and not lease_namespace:
+        raise ConfigError("--lease-name needs --lease-namespace (or SLUICE_LEASE_NAMESPACE)")
+    lease_text = str(pick(args.lease_seconds, "SLUICE_LEASE_SECONDS", "10"))
+    try:
+        lease_seconds = float(lease_text)
+    except ValueError:
+        raise ConfigError(f"SLUICE_LEASE_SECONDS must be a number of seconds, got {lease_text!r}") from None
+    if not 3 <= lease_seconds <= 300:
+        raise ConfigError(f"SLUICE_LEASE_SECONDS must be between 3 and 300, got {lease_text!r}")
     return RunConfig(
         plan=plan,
         checkpoint=checkpoint,
@@ -162,6 +189,10 @@ def resolve_config(args: argparse.Namespace, env: Mapping[str, str]) -> RunConfi
         consumer_group=pick(args.consumer_group, "SLUICE_CONSUMER_GROUP") or None,
         transactional_id=pick(args.transactional_id, "SLUICE_TRANSACTIONAL_ID") or None,
         resolve_connector=_flag_bool(args.resolve_connector, env.get("SLUICE_RESOLVE_CONNECTOR")),
+        lease_name=lease_name,
+        lease_namespace=lease_namespace,
+        pod_name=pick(args.pod_name, "SLUICE_POD_NAME") or None,
+        lease_seconds=lease_seconds,
     )
 
 
@@ -169,38 +200,10 @@ def default_query_id(plan_hash: str) -> str:
     return f"plan-{plan_hash[:16]}"
 
 
-# --------------------------------------------------------------------------------------------
-def _monitor(pipeline: Any, state: Any, stop: threading.Event) -> None:
-    """Poll the queries' progress into metrics and readiness (runs in a thread)."""
-    seen = -1
-    while not stop.is_set():
-        try:
-            main = pipeline.main
-            for q in pipeline.all_queries():
-                state.metrics.observe_recent(str(q.name), q.recentProgress, q.isActive)
-            active = main.isActive
-            exc = main.exception()
-            for q in pipeline.dead_letter.values():
-                exc = exc or q.exception()
-            state.health.active = active
-            state.health.exception = str(exc.desc if hasattr(exc, "desc") else exc) if exc else None
-            last = main.lastProgress
-            status = main.status if active else {}
-            batch = int(last["batchId"]) if last else -1
-            caught_up = bool(status) and status.get("isDataAvailable") is False
-            if batch > seen or (active and caught_up):
-                state.health.last_progress_at = time.monotonic()
-            seen = max(seen, batch)
-        except Exception as exc:  # never let the monitor die
-            log.debug("monitor: %s", exc)
-        stop.wait(1.0)
-
-
 def execute(config: RunConfig) -> int:
     from sluice.core.plan.model import Plan
 
-    from sluice_runtime import connector, kafka_admin
-    from sluice_runtime import drain as drain_mod
+    from sluice_runtime import connector, driver, kafka_admin
     from sluice_runtime.pipeline import build_pipeline
     from sluice_runtime.server import RuntimeState, parse_interval, readiness_bound, serve
     from sluice_runtime.session import create_spark
@@ -232,60 +235,36 @@ def execute(config: RunConfig) -> int:
             log.info("Kafka connector: resolving %s with Spark", fallback["spark.jars.packages"])
         conf = {**fallback, **conf}
     spark = create_spark(plan, config.master, conf, config.jars)
-    pipeline = build_pipeline(
-        spark,
-        plan,
-        checkpoint=config.checkpoint,
-        bootstrap=config.bootstrap,
-        query_id=query_id,
-        available_now=config.available_now,
-        security=config.kafka,
-        consumer_group=config.consumer_group,
-        transactional_id=config.transactional_id,
-    )
-    log.info(
-        "query %s started (plan %s, Kafka %s) in %.1fs",
-        query_id, plan.hash[:12], config.kafka.protocol, time.monotonic() - started,
-    )
-    stop_monitor = threading.Event()
-    threading.Thread(target=_monitor, args=(pipeline, state, stop_monitor), daemon=True).start()
-    code = 0
+    state.plan_hash = plan.hash or plan.compute_hash()
+    state.metrics.plan.labels(state.plan_hash).set(1)
     try:
-        while True:
-            if drain_requested.is_set():
-                state.health.draining = True
-                clean = drain_mod.drain(pipeline.gate, pipeline.queries())
-                log.info("drained%s", "" if clean else " (a commit did not appear in time)")
-                code = 0 if clean else 1
-                break
-            queries = pipeline.all_queries()
-            failed = [q for q in queries if not q.isActive and q.exception() is not None]
-            if failed:
-                exc = failed[0].exception()
-                print(
-                    f"sluice-runtime: query {failed[0].name} failed: {getattr(exc, 'desc', exc)}",
-                    file=sys.stderr,
-                )
-                code = 1
-                break
-            if not any(q.isActive for q in queries):
-                log.info("all queries finished")
-                break
-            time.sleep(0.2)
+        if config.lease_name:
+            return driver.run_elected(config, plan, spark, state, drain_requested, query_id)
+        pipeline = build_pipeline(
+            spark,
+            plan,
+            checkpoint=config.checkpoint,
+            bootstrap=config.bootstrap,
+            query_id=query_id,
+            available_now=config.available_now,
+            security=config.kafka,
+            consumer_group=config.consumer_group,
+            transactional_id=config.transactional_id,
+        )
+        log.info(
+            "query %s started (plan %s, Kafka %s) in %.1fs",
+            query_id, plan.hash[:12], config.kafka.protocol, time.monotonic() - started,
+        )
+        end = driver.FAILED
+        try:
+            end = driver.supervise(pipeline, state, drain_requested)
+        finally:
+            code = driver.finish(pipeline, state, end)
+        return code
     finally:
-        stop_monitor.set()
-        for q in pipeline.all_queries():
-            try:
-                if q.isActive:
-                    q.stop()
-            except Exception:
-                pass
-        if pipeline.eos_sink is not None:
-            pipeline.eos_sink.close()
         if server is not None:
             server.shutdown()
         spark.stop()
-    return code
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -30,6 +30,10 @@ class Draining(RuntimeError):
     """Raised in a batch held at a closed gate once its query has been stopped."""
 
 
+class NotHolder(RuntimeError):
+    """Raised in a batch when the write guard says this driver may not write (lease lost)."""
+
+
 @dataclass
 class BatchGate:
     """Admits micro-batch writes until a drain closes it."""
@@ -42,6 +46,9 @@ class BatchGate:
     completed: dict[str, int] = field(default_factory=dict)
     #: query name -> batch ids held at the gate
     held: dict[str, list[int]] = field(default_factory=dict)
+    #: the write guard: None when writing is allowed, else why not (checked before a batch writes
+    #: and again before Spark may commit it)
+    guard: Callable[[], str | None] | None = None
 
     @property
     def closed(self) -> bool:
@@ -57,13 +64,21 @@ class BatchGate:
                 raise Draining(f"query {name}: batch {batch_id} not run: draining")
             self._inside += 1
         try:
+            self._check(name, batch_id, "before writing")
             write()
+            # a driver paused past its lease must not let Spark commit what it wrote meanwhile
+            self._check(name, batch_id, "after writing")
             with self._cond:
                 self.completed[name] = batch_id
         finally:
             with self._cond:
                 self._inside -= 1
                 self._cond.notify_all()
+
+    def _check(self, name: str, batch_id: int, when: str) -> None:
+        reason = self.guard() if self.guard is not None else None
+        if reason is not None:
+            raise NotHolder(f"query {name}: batch {batch_id} refused {when}: {reason}")
 
     def close(self, timeout: float | None = None) -> bool:
         """Close the gate and wait until no batch is writing; False on timeout."""

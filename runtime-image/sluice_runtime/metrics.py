@@ -11,9 +11,12 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Gauge
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from sluice_runtime import malformed
+
+#: buckets of the takeover gap (seconds from the old driver's last commit to the new one's first)
+GAP_BUCKETS = (0.5, 1.0, 1.5, 2.0, 3.0, 5.0, 8.0, 13.0, 21.0, 34.0, 60.0)
 
 
 @dataclass(frozen=True)
@@ -97,6 +100,23 @@ class RuntimeMetrics:
             registry=r,
         )
         self.ready = Gauge("sluice_ready", "1 when /readyz answers 200.", registry=r)
+        self.role = Gauge("sluice_driver_role", "1 for this driver's current role (active, standby).",
+                          ["role"], registry=r)
+        self.plan = Gauge("sluice_plan_info", "1 for the plan hash this driver runs.", ["plan_hash"],
+                          registry=r)
+        self.failovers = Counter("sluice_failovers", "Takeovers of this driver after the active one died "
+                                 "or went silent.", registry=r)
+        self.handoffs = Counter("sluice_handoffs", "Takeovers of this driver after the active one handed "
+                                "over.", registry=r)
+        self.takeover_gap = Histogram(
+            "sluice_takeover_gap_seconds",
+            "Last commit of the previous active driver to the first commit of this one.",
+            ["kind"], buckets=GAP_BUCKETS, registry=r,
+        )
+
+    def set_role(self, role: str) -> None:
+        for name in ("active", "standby"):
+            self.role.labels(name).set(1 if name == role else 0)
 
     def observe_progress(self, query: str, progress: Mapping[str, Any] | None, active: bool) -> None:
         """Update from one query's last progress (idempotent per batch id)."""

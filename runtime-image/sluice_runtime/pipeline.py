@@ -94,6 +94,45 @@ def _trigger(writer: Any, sink: KafkaSinkV1, available_now: bool) -> Any:
     return writer
 
 
+@dataclass
+class Prepared:
+    """A plan's DataFrames, built and analysed, ready to start on a checkpoint (a warm standby
+    holds one of these: nothing in it has touched a checkpoint or fenced a producer)."""
+
+    plan: Plan
+    ctx: BuildContext
+    frames: dict[str, DataFrame]
+    query_id: str
+
+
+def prepare_pipeline(
+    spark: SparkSession,
+    plan: Plan,
+    *,
+    bootstrap: str,
+    query_id: str,
+    security: KafkaSecurity | None = None,
+    consumer_group: str | None = None,
+    warm_up: bool = False,
+) -> Prepared:
+    """Build every step's DataFrame (Spark analyses each as it is built) and make sure the sink
+    and dead-letter topics exist. ``warm_up``: also run a small batch job, so the first
+    micro-batch after a takeover finds the task scheduler, shuffle and code generation warm."""
+    ctx = BuildContext(
+        spark=spark, plan=plan, bootstrap=bootstrap, query_id=query_id, security=security or KafkaSecurity(),
+        consumer_group=consumer_group,
+    )
+    frames = build_frames(plan, ctx)
+    kafka_admin.ensure_topics(
+        bootstrap, [plan.sink.topic, *(r.topic for r in ctx.dead_letters)], security=ctx.security
+    )
+    if warm_up:
+        frames[plan.sink.id].schema  # noqa: B018 (analysis of the whole DAG)
+        warm = spark.range(0, 20000, numPartitions=2)
+        warm.selectExpr("id % 97 AS k", "to_json(named_struct('v', id)) AS j").groupBy("k").count().collect()
+    return Prepared(plan=plan, ctx=ctx, frames=frames, query_id=query_id)
+
+
 def build_pipeline(
     spark: SparkSession,
     plan: Plan,
@@ -110,18 +149,27 @@ def build_pipeline(
     """Start the plan's queries. ``security`` applies to every Kafka client (Spark's source and
     sink, the exactly-once producer, the admin client); ``consumer_group`` and
     ``transactional_id`` are the ids the operator assigned (derived from ``query_id`` if absent)."""
-    security = security or KafkaSecurity()
-    ctx = BuildContext(
-        spark=spark, plan=plan, bootstrap=bootstrap, query_id=query_id, security=security,
-        consumer_group=consumer_group,
-    )
-    frames = build_frames(plan, ctx)
+    prepared = prepare_pipeline(spark, plan, bootstrap=bootstrap, query_id=query_id, security=security,
+                                consumer_group=consumer_group)
+    return start_pipeline(prepared, checkpoint=checkpoint, available_now=available_now,
+                          transactional_id=transactional_id, gate=gate)
+
+
+def start_pipeline(
+    prepared: Prepared,
+    *,
+    checkpoint: str,
+    available_now: bool = False,
+    transactional_id: str | None = None,
+    gate: BatchGate | None = None,
+) -> Pipeline:
+    """Start a prepared pipeline on ``checkpoint`` (the exactly-once producer is initialised
+    first: that fences every older driver of the same transactional id)."""
+    plan, ctx, frames, query_id = prepared.plan, prepared.ctx, prepared.frames, prepared.query_id
+    bootstrap, security, consumer_group = ctx.bootstrap, ctx.security, ctx.consumer_group
     sink = plan.sink
     gate = gate or BatchGate()
     kafka_opts = ctx.kafka_options()
-    kafka_admin.ensure_topics(
-        bootstrap, [sink.topic, *(r.topic for r in ctx.dead_letters)], security=security
-    )
 
     def alo_writer(topic: str) -> Any:
         def write(frame: DataFrame, batch_id: int) -> None:

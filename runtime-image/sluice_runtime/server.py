@@ -4,11 +4,14 @@
 * ``GET /readyz``: 200 when the main query is active, has no exception and made progress (a batch
   completed, or it found no new data) within the readiness bound; 503 with the reason otherwise.
 * ``GET /metrics``: Prometheus text format.
+* ``GET /role``: JSON ``{identity, role, planHash, epoch, ready, reason}`` (standbys probe the
+  active driver's identity with it).
 * ``POST /drain``: start a graceful drain (202); the process exits 0 once it is done.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import re
 import threading
@@ -102,11 +105,28 @@ class RuntimeState:
     bound: float = READINESS_FLOOR
     on_drain: Callable[[], None] | None = None
     clock: Callable[[], float] = time.monotonic
+    #: this process's election identity (``<pod>/<incarnation>``) and role: ``active`` runs the
+    #: query; ``standby`` waits warm (``warming`` until its pipeline is built)
+    identity: str = ""
+    role: str = "active"
+    plan_hash: str = ""
+    epoch: int | None = None
 
     def readiness(self) -> tuple[bool, str]:
-        ok, reason = evaluate_readiness(self.health, self.clock(), self.bound)
+        if self.role == "warming":
+            ok, reason = False, "warming up"
+        elif self.role == "standby":
+            ok, reason = (False, "draining") if self.health.draining else (True, "standby: warm")
+        else:
+            ok, reason = evaluate_readiness(self.health, self.clock(), self.bound)
         self.metrics.ready.set(1 if ok else 0)
-        return ok, reason
+        return ok, f"{reason} (role {self.role}, plan {self.plan_hash[:12]})" if self.plan_hash else reason
+
+    def describe(self) -> dict[str, Any]:
+        """What ``GET /role`` answers (standbys ask the holder this to know it is alive)."""
+        ok, reason = self.readiness()
+        return {"identity": self.identity, "role": self.role, "planHash": self.plan_hash,
+                "epoch": self.epoch, "ready": ok, "reason": reason}
 
 
 def make_handler(state: RuntimeState) -> type[BaseHTTPRequestHandler]:
@@ -125,6 +145,8 @@ def make_handler(state: RuntimeState) -> type[BaseHTTPRequestHandler]:
             elif path == "/readyz":
                 ok, reason = state.readiness()
                 self._send(200 if ok else 503, (reason + "\n").encode())
+            elif path == "/role":
+                self._send(200, json.dumps(state.describe()).encode(), "application/json")
             elif path == "/metrics":
                 state.readiness()
                 self._send(200, state.metrics.render(), "text/plain; version=0.0.4; charset=utf-8")

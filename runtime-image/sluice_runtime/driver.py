@@ -1,0 +1,292 @@
+"""The life of a driver process: supervise a running pipeline, and, with election on, wait warm
+as a standby, take over, hand over.
+
+Without a Lease (``sluice run``, tests, no ``SLUICE_LEASE_NAME``) the process runs the plan on the
+checkpoint directly, as it always did. With one, every driver of a query runs :func:`run_elected`:
+
+1. build the pipeline (DataFrames analysed, topics ensured, a small warm-up job): *standby*,
+   ``/readyz`` 200 "standby: warm";
+2. wait for the Lease (:class:`~sluice_runtime.elector.Elector`): released, expired, or its
+   holder's process gone;
+3. *active*: make the checkpoint epoch (hard links, :mod:`sluice_runtime.epochs`), initialise the
+   exactly-once producer (fences the old one), start the queries; record the takeover gap;
+4. until SIGTERM (drain, release, exit 0), a hand-off request (drain, release to the requested
+   pod, back to 2 still warm), a lost Lease (stop without writing, back to 2), or a failed query
+   (release, exit 1).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from sluice.core.election import (
+    ACTIVE_DELETION_COST,
+    DELETION_COST,
+    LAST_TAKEOVER,
+    ROLE_LABEL,
+    STANDBY_DELETION_COST,
+    Takeover,
+    Why,
+)
+
+from sluice_runtime import drain as drain_mod
+from sluice_runtime import epochs
+
+if TYPE_CHECKING:
+    from sluice.core.plan.model import Plan
+
+    from sluice_runtime.cli import RunConfig
+    from sluice_runtime.elector import Elector
+    from sluice_runtime.kubeapi import KubeApi
+    from sluice_runtime.pipeline import Pipeline, Prepared
+    from sluice_runtime.server import RuntimeState
+
+log = logging.getLogger("sluice_runtime")
+
+DRAIN = "drain"
+HANDOFF = "handoff"
+LOST = "lost"
+FAILED = "failed"
+FINISHED = "finished"
+
+
+def _monitor(pipeline: Pipeline, state: RuntimeState, stop: threading.Event) -> None:
+    """Poll the queries' progress into metrics and readiness (runs in a thread)."""
+    seen = -1
+    while not stop.is_set():
+        try:
+            main = pipeline.main
+            for q in pipeline.all_queries():
+                state.metrics.observe_recent(str(q.name), q.recentProgress, q.isActive)
+            active = main.isActive
+            exc = main.exception()
+            for q in pipeline.dead_letter.values():
+                exc = exc or q.exception()
+            state.health.active = active
+            state.health.exception = str(exc.desc if hasattr(exc, "desc") else exc) if exc else None
+            last = main.lastProgress
+            status = main.status if active else {}
+            batch = int(last["batchId"]) if last else -1
+            caught_up = bool(status) and status.get("isDataAvailable") is False
+            if batch > seen or (active and caught_up):
+                state.health.last_progress_at = time.monotonic()
+            seen = max(seen, batch)
+        except Exception as exc:  # never let the monitor die
+            log.debug("monitor: %s", exc)
+        stop.wait(1.0)
+
+
+def supervise(
+    pipeline: Pipeline,
+    state: RuntimeState,
+    drain_requested: threading.Event,
+    elector: Elector | None = None,
+    on_tick: Callable[[], None] | None = None,
+) -> str:
+    """Run until something ends this term; returns what (DRAIN, HANDOFF, LOST, FAILED, FINISHED)."""
+    stop_monitor = threading.Event()
+    threading.Thread(target=_monitor, args=(pipeline, state, stop_monitor), daemon=True).start()
+    try:
+        while True:
+            if drain_requested.is_set():
+                return DRAIN
+            if elector is not None and elector.lost.is_set():
+                return LOST
+            if elector is not None and elector.handoff.is_set():
+                return HANDOFF
+            queries = pipeline.all_queries()
+            failed = [q for q in queries if not q.isActive and q.exception() is not None]
+            if failed:
+                exc = failed[0].exception()
+                print(f"sluice-runtime: query {failed[0].name} failed: {getattr(exc, 'desc', exc)}",
+                      file=sys.stderr)
+                return FAILED
+            if not any(q.isActive for q in queries):
+                log.info("all queries finished")
+                return FINISHED
+            if on_tick is not None:
+                on_tick()
+            time.sleep(0.1)
+    finally:
+        stop_monitor.set()
+
+
+def finish(pipeline: Pipeline, state: RuntimeState, end: str) -> int:
+    """Stop the term's queries the way ``end`` asks; the exit code it stands for."""
+    code = 0
+    if end in (DRAIN, HANDOFF):
+        state.health.draining = True
+        clean = drain_mod.drain(pipeline.gate, pipeline.queries())
+        log.info("drained%s", "" if clean else " (a commit did not appear in time)")
+        code = 0 if clean else 1
+    elif end == LOST:
+        # the write guard already refuses every batch; stop without waiting for anything
+        pipeline.gate.close(timeout=0)
+        pipeline.gate.release()
+    if end in (FAILED, LOST):
+        code = 1
+    for q in pipeline.all_queries():
+        try:
+            if q.isActive:
+                q.stop()
+        except Exception:
+            pass
+    if pipeline.eos_sink is not None:
+        pipeline.eos_sink.close()
+    state.health.active = False
+    return code
+
+
+# -- election ------------------------------------------------------------------------------
+
+
+def set_pod_role(api: KubeApi | None, namespace: str, pod: str, role: str) -> None:
+    """Label this driver's pod with its role (best effort: the Lease is the truth)."""
+    if api is None or not pod:
+        return
+    cost = ACTIVE_DELETION_COST if role == "active" else STANDBY_DELETION_COST
+    try:
+        api.patch_pod_metadata(namespace, pod, {ROLE_LABEL: role}, {DELETION_COST: cost})
+    except Exception as exc:
+        log.warning("cannot label pod %s as %s: %s", pod, role, exc)
+
+
+@dataclass
+class GapMeter:
+    """Measures a takeover's gap from the checkpoint: the previous holder's last ``commits/N``
+    to this holder's first ``commits/M`` (M > N), by their modification times."""
+
+    checkpoint: Path
+    before: tuple[int, float] | None
+    acquired_at: float  # wall clock, used when the previous holder never committed
+    gap: float | None = None
+
+    def poll(self) -> float | None:
+        if self.gap is not None:
+            return None
+        latest = epochs.last_commit_time(self.checkpoint)
+        if latest is None or (self.before is not None and latest[0] <= self.before[0]):
+            return None
+        start = self.before[1] if self.before is not None else self.acquired_at
+        self.gap = max(0.0, latest[1] - start)
+        return self.gap
+
+
+def identity_for(pod: str) -> str:
+    return f"{pod or os.uname().nodename}/{uuid.uuid4().hex[:8]}"
+
+
+def advertised_address(http_addr: str | None, env: dict[str, str]) -> str | None:
+    """HOST:PORT other drivers reach this one's endpoint at."""
+    if not http_addr:
+        return None
+    host, _, port = http_addr.rpartition(":")
+    if host in ("", "0.0.0.0", "::", "[::]"):
+        host = env.get("POD_IP") or env.get("SLUICE_POD_IP") or "127.0.0.1"
+    return f"{host}:{port}"
+
+
+def run_elected(
+    config: RunConfig,
+    plan: Plan,
+    spark: Any,
+    state: RuntimeState,
+    drain_requested: threading.Event,
+    query_id: str,
+) -> int:
+    from sluice_runtime.elector import Elector
+    from sluice_runtime.kubeapi import KubeApi, KubeConfig
+    from sluice_runtime.pipeline import prepare_pipeline
+
+    assert config.lease_name and config.lease_namespace
+    api = KubeApi(KubeConfig.from_env(os.environ))
+    pod = config.pod_name or ""
+    state.identity = identity_for(pod)
+    state.role = "warming"
+    elector = Elector(api, namespace=config.lease_namespace, name=config.lease_name, identity=state.identity,
+                      address=advertised_address(config.http_addr, dict(os.environ)),
+                      plan_hash=state.plan_hash, duration=config.lease_seconds)
+    try:
+        started = time.monotonic()
+        prepared = prepare_pipeline(
+            spark, plan, bootstrap=config.bootstrap, query_id=query_id, security=config.kafka,
+            consumer_group=config.consumer_group, warm_up=True,
+        )
+        log.info("standby: warm in %.1fs (plan %s), waiting for lease %s/%s", time.monotonic() - started,
+                 plan.hash[:12], config.lease_namespace, config.lease_name)
+        while True:
+            state.role = "standby"
+            state.metrics.set_role("standby")
+            state.health.draining = False
+            set_pod_role(api, config.lease_namespace, pod, "standby")
+            leadership = elector.wait_for_leadership(drain_requested)
+            if leadership is None:
+                log.info("standby: stopped before taking over")
+                return 0
+            end, code = _term(config, prepared, state, drain_requested, elector, api, pod, leadership)
+            if end in (HANDOFF, LOST):
+                continue
+            return code
+    finally:
+        elector.close()
+
+
+def _term(config: RunConfig, prepared: Prepared, state: RuntimeState, drain_requested: threading.Event,
+          elector: Elector, api: KubeApi, pod: str, leadership: Any) -> tuple[str, int]:
+    """One term as the active driver."""
+    from sluice_runtime.pipeline import start_pipeline
+
+    state.role = "active"
+    state.epoch = leadership.epoch
+    state.metrics.set_role("active")
+    state.health = type(state.health)()
+    set_pod_role(api, config.lease_namespace or "", pod, "active")
+    takeover: Takeover = leadership.takeover
+    failover = leadership.why in (Why.EXPIRED, Why.HOLDER_DEAD)
+    acquired_wall = time.time()
+    try:
+        checkpoint, source = epochs.prepare(config.checkpoint, leadership.epoch)
+        meter = GapMeter(checkpoint, epochs.last_commit_time(source) if source else None, acquired_wall)
+        gate = drain_mod.BatchGate(guard=elector.may_write)
+        pipeline = start_pipeline(prepared, checkpoint=str(checkpoint), available_now=config.available_now,
+                                  transactional_id=config.transactional_id, gate=gate)
+    except Exception:
+        elector.release()
+        raise
+    log.info("active: took over (%s) from %r, epoch %s, on %s", leadership.why, takeover.from_pod or None,
+             leadership.epoch, checkpoint)
+    if takeover.from_pod:
+        (state.metrics.failovers if failover else state.metrics.handoffs).inc()
+    epochs.prune(config.checkpoint, leadership.epoch)
+
+    def on_tick() -> None:
+        gap = meter.poll()
+        if gap is None:
+            return
+        log.info("active: first commit %.2fs after the previous holder's last", gap)
+        if takeover.from_pod:
+            state.metrics.takeover_gap.labels("failover" if failover else "handoff").observe(gap)
+        record = Takeover(**{**takeover.__dict__, "gap_seconds": round(gap, 3)})
+        elector.annotate({LAST_TAKEOVER: record.to_json()})
+
+    end = supervise(pipeline, state, drain_requested, elector, on_tick)
+    request = elector.handoff_request
+    code = finish(pipeline, state, end)
+    if end == LOST:
+        elector.step_down()
+        log.error("active: lease lost; stopped without committing, back to standby")
+    elif end == HANDOFF:
+        elector.release(preferred_pod=request.to if request else "",
+                        handoff_id=request.id if request else None)
+    else:
+        elector.release()
+    return end, code

@@ -1,0 +1,364 @@
+"""The driver side of the election (:mod:`sluice.core.election` decides, this module acts).
+
+One :class:`Elector` per driver process. A watch thread keeps the newest Lease record; the
+caller waits with :meth:`Elector.wait_for_leadership` (standby), then keeps it with a renew
+thread (active) until it releases it (:meth:`Elector.release`, after a drain or a hand-off) or
+loses it (:attr:`Elector.lost`). :meth:`Elector.may_write` is the write guard of the holder.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import logging
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from sluice.core.election import (
+    HANDOFF_DONE,
+    HOLDER_ADDRESS,
+    HOLDER_PLAN,
+    LAST_TAKEOVER,
+    PREFERRED_HOLDER,
+    QUERY_LABEL,
+    HandoffRequest,
+    HolderProbe,
+    LeaseRecord,
+    Observation,
+    Takeover,
+    Verdict,
+    Why,
+    decide,
+    holder_valid_until,
+    observe,
+    pending_handoff,
+    pod_of,
+    probe_verdict,
+    renew_interval,
+)
+
+from sluice_runtime.kubeapi import KubeApi, KubeApiError
+
+log = logging.getLogger(__name__)
+
+PROBE_TIMEOUT = 0.5
+
+
+def micro_time(moment: dt.datetime | None = None) -> str:
+    """A Kubernetes MicroTime (RFC 3339 with microseconds, UTC)."""
+    moment = moment or dt.datetime.now(dt.UTC)
+    return moment.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def probe_holder(address: str | None, holder: str, timeout: float = PROBE_TIMEOUT) -> HolderProbe:
+    """Ask the holder's endpoint who it is (``GET /role``)."""
+    if not address:
+        return HolderProbe.UNKNOWN
+    try:
+        with urllib.request.urlopen(f"http://{address}/role", timeout=timeout) as resp:
+            answered = json.loads(resp.read()).get("identity")
+        return probe_verdict(str(answered) if answered else None, False, holder)
+    except urllib.error.URLError as exc:
+        refused = isinstance(exc.reason, ConnectionRefusedError)
+        return probe_verdict(None, refused, holder)
+    except ConnectionRefusedError:
+        return HolderProbe.GONE
+    except (TimeoutError, OSError, ValueError):
+        return HolderProbe.UNKNOWN
+
+
+@dataclass
+class Leadership:
+    """What a driver learns when it takes the Lease."""
+
+    epoch: int
+    why: Why
+    previous_holder: str  # identity, "" when none
+    takeover: Takeover
+
+
+class Elector:
+    def __init__(
+        self,
+        api: KubeApi,
+        *,
+        namespace: str,
+        name: str,
+        identity: str,
+        address: str | None,
+        plan_hash: str,
+        duration: float = 10.0,
+        clock: Callable[[], float] = time.monotonic,
+        prober: Callable[[str | None, str], HolderProbe] = probe_holder,
+    ) -> None:
+        self.api = api
+        self.namespace = namespace
+        self.name = name
+        self.identity = identity
+        self.address = address
+        self.plan_hash = plan_hash
+        self.duration = duration
+        self.clock = clock
+        self.prober = prober
+        self._cond = threading.Condition()
+        self._lease: dict[str, Any] | None = None
+        self._observed: Observation | None = None
+        self._valid_until = 0.0
+        self._holding = False
+        self._stop = threading.Event()
+        self.lost = threading.Event()
+        self.handoff = threading.Event()
+        self.handoff_request: HandoffRequest | None = None
+        self._renewer: threading.Thread | None = None
+        threading.Thread(target=self._watch_loop, name="sluice-lease-watch", daemon=True).start()
+
+    # -- the newest record -------------------------------------------------------------------
+    def _update(self, lease: dict[str, Any] | None) -> None:
+        with self._cond:
+            if lease is not None and self._lease is not None:
+                old_rv = int(self._lease["metadata"].get("resourceVersion") or 0)
+                if int(lease["metadata"].get("resourceVersion") or 0) < old_rv:
+                    return  # an older event than what we already have
+            self._lease = lease
+            if lease is not None:
+                self._observed = observe(self._observed, LeaseRecord.from_lease(lease), self.clock())
+                if self._holding:
+                    self._check_holding(LeaseRecord.from_lease(lease))
+            self._cond.notify_all()
+
+    def _watch_loop(self) -> None:
+        while not self._stop.is_set():
+            try:
+                lease = self.api.get_lease(self.namespace, self.name)
+                self._update(lease)
+                if lease is None:
+                    self._stop.wait(1.0)
+                    continue
+                rv = str(lease["metadata"]["resourceVersion"])
+                for type_, obj in self.api.watch_lease(self.namespace, self.name, rv, timeout=60):
+                    if self._stop.is_set():
+                        return
+                    self._update(None if type_ == "DELETED" else obj)
+            except Exception as exc:  # the API server may restart: relist after a pause
+                log.debug("lease watch: %s", exc)
+                self._stop.wait(1.0)
+
+    def record(self) -> LeaseRecord | None:
+        with self._cond:
+            return LeaseRecord.from_lease(self._lease) if self._lease is not None else None
+
+    # -- standby -----------------------------------------------------------------------------
+    def wait_for_leadership(self, stop: threading.Event, poll: float = 1.0) -> Leadership | None:
+        """Block until this driver holds the Lease (None when ``stop`` is set first)."""
+        while not stop.is_set():
+            with self._cond:
+                lease = self._lease
+                observed = self._observed
+            record = LeaseRecord.from_lease(lease) if lease is not None else None
+            probe = HolderProbe.UNKNOWN
+            if record is not None and record.holder and record.holder != self.identity:
+                probe = self.prober(record.annotations.get(HOLDER_ADDRESS), record.holder)
+            decision = decide(record, self.identity, observed, self.clock(), probe)
+            if decision.verdict == Verdict.CREATE:
+                self._create()
+            elif decision.verdict in (Verdict.ACQUIRE, Verdict.RENEW):
+                assert lease is not None
+                got = self._acquire(lease, decision.why)
+                if got is not None:
+                    return got
+            else:
+                with self._cond:
+                    if self._lease is lease:
+                        self._cond.wait(poll)
+        return None
+
+    def _create(self) -> None:
+        lease = {
+            "apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+            "metadata": {"name": self.name, "namespace": self.namespace,
+                         "labels": {QUERY_LABEL: self.name.removesuffix("-driver")}},
+            "spec": {"leaseDurationSeconds": int(self.duration)},
+        }
+        try:
+            self._update(self.api.create_lease(lease))
+        except KubeApiError as exc:
+            if exc.status != 409:
+                log.warning("cannot create lease %s: %s", self.name, exc)
+                time.sleep(1.0)
+            self._update(self.api.get_lease(self.namespace, self.name))
+
+    def _acquire(self, lease: dict[str, Any], why: Why) -> Leadership | None:
+        record = LeaseRecord.from_lease(lease)
+        now = micro_time()
+        epoch = record.transitions + 1
+        takeover = Takeover(time=now[:19] + "Z", from_pod=pod_of(record.holder) if record.holder else
+                            self._last_holder_pod(record), to_pod=pod_of(self.identity), reason=str(why),
+                            epoch=epoch, plan_hash=self.plan_hash)
+        annotations = dict(record.annotations)
+        annotations.pop(PREFERRED_HOLDER, None)
+        annotations.update({HOLDER_ADDRESS: self.address or "", HOLDER_PLAN: self.plan_hash,
+                            LAST_TAKEOVER: takeover.to_json()})
+        desired = json.loads(json.dumps(lease))
+        desired["metadata"]["annotations"] = annotations
+        desired["spec"].update({
+            "holderIdentity": self.identity, "leaseDurationSeconds": int(self.duration),
+            "acquireTime": now, "renewTime": now, "leaseTransitions": epoch,
+        })
+        sent = self.clock()
+        try:
+            updated = self.api.replace_lease(desired)
+        except KubeApiError as exc:
+            if exc.status == 409:
+                log.info("lease %s: another driver was faster", self.name)
+            else:
+                log.warning("lease %s: acquire failed: %s", self.name, exc)
+            self._update(self.api.get_lease(self.namespace, self.name))
+            return None
+        with self._cond:
+            self._valid_until = holder_valid_until(sent, self.duration)
+            self._holding = True
+            self.lost.clear()
+            self.handoff.clear()
+            self.handoff_request = None
+        self._update(updated)
+        log.info("lease %s acquired (%s), epoch %s, previous holder %r", self.name, why, epoch,
+                 record.holder or takeover.from_pod)
+        self._renewer = threading.Thread(target=self._renew_loop, name="sluice-lease-renew", daemon=True)
+        self._renewer.start()
+        return Leadership(epoch=epoch, why=why, previous_holder=record.holder, takeover=takeover)
+
+    def _last_holder_pod(self, record: LeaseRecord) -> str:
+        previous = Takeover.from_json(record.annotations.get(LAST_TAKEOVER))
+        return previous.to_pod if previous is not None else ""
+
+    # -- holder ------------------------------------------------------------------------------
+    def _check_holding(self, record: LeaseRecord) -> None:
+        """Called with the lock held, on every new record while we think we hold the Lease."""
+        if record.holder != self.identity:
+            log.error("lease %s: now held by %r; this driver stops writing", self.name, record.holder)
+            self._holding = False
+            self._valid_until = 0.0
+            self.lost.set()
+            return
+        request = pending_handoff(record)
+        if request is not None and not self.handoff.is_set():
+            log.info("lease %s: hand-off requested (%s)", self.name, request.id)
+            self.handoff_request = request
+            self.handoff.set()
+
+    def may_write(self) -> str | None:
+        """None when this driver may write; else why not (the write guard)."""
+        with self._cond:
+            if not self._holding:
+                return "this driver does not hold the lease"
+            if self.clock() >= self._valid_until:
+                return f"lease {self.name} not renewed within {self.duration:.0f}s"
+        return None
+
+    def _renew_loop(self) -> None:
+        interval = renew_interval(self.duration)
+        while not self._stop.is_set():
+            with self._cond:
+                if not self._holding:
+                    return
+            if self.clock() >= self._valid_until:
+                with self._cond:
+                    if self._holding:
+                        log.error("lease %s: validity ran out before a renewal succeeded", self.name)
+                        self._holding = False
+                        self.lost.set()
+                return
+            self._renew_once()
+            self._stop.wait(interval)
+
+    def _renew_once(self, annotations: dict[str, str] | None = None,
+                    drop: tuple[str, ...] = ()) -> bool:
+        for _ in range(3):
+            with self._cond:
+                lease = self._lease
+                if not self._holding or lease is None:
+                    return False
+            desired = json.loads(json.dumps(lease))
+            if desired["spec"].get("holderIdentity") != self.identity:
+                self._update(lease)
+                return False
+            desired["spec"]["renewTime"] = micro_time()
+            meta_ann = desired["metadata"].setdefault("annotations", {})
+            meta_ann.update(annotations or {})
+            for key in drop:
+                meta_ann.pop(key, None)
+            sent = self.clock()
+            try:
+                updated = self.api.replace_lease(desired)
+            except KubeApiError as exc:
+                if exc.status == 409:
+                    self._update(self.api.get_lease(self.namespace, self.name))
+                    continue
+                log.warning("lease %s: renew failed: %s", self.name, exc)
+                return False
+            except OSError as exc:
+                log.warning("lease %s: renew failed: %s", self.name, exc)
+                return False
+            with self._cond:
+                if self._holding:
+                    self._valid_until = holder_valid_until(sent, self.duration)
+            self._update(updated)
+            return True
+        return False
+
+    def annotate(self, annotations: dict[str, str]) -> bool:
+        """Write annotations with the next renewal (e.g. the measured takeover gap)."""
+        return self._renew_once(annotations)
+
+    def release(self, preferred_pod: str = "", handoff_id: str | None = None) -> None:
+        """Let go at once (after a drain): the holder identity is emptied, a waiting driver
+        takes over without waiting for expiry."""
+        with self._cond:
+            holding = self._holding
+            # from here on nothing may write, and our own release is not "losing" the lease
+            self._holding = False
+            self._valid_until = 0.0
+        if not holding:
+            return
+        for _ in range(5):
+            with self._cond:
+                lease = self._lease
+            if lease is None:
+                return
+            desired = json.loads(json.dumps(lease))
+            if desired["spec"].get("holderIdentity") != self.identity:
+                break
+            desired["spec"]["holderIdentity"] = ""
+            desired["spec"]["renewTime"] = micro_time()
+            ann = desired["metadata"].setdefault("annotations", {})
+            ann.pop(HOLDER_ADDRESS, None)
+            if preferred_pod:
+                ann[PREFERRED_HOLDER] = preferred_pod
+            if handoff_id is not None:
+                ann[HANDOFF_DONE] = handoff_id
+            try:
+                self._update(self.api.replace_lease(desired))
+                break
+            except KubeApiError as exc:
+                if exc.status != 409:
+                    log.warning("lease %s: release failed: %s", self.name, exc)
+                    break
+                self._update(self.api.get_lease(self.namespace, self.name))
+            except OSError as exc:
+                log.warning("lease %s: release failed: %s", self.name, exc)
+                break
+        log.info("lease %s released%s", self.name, f" to {preferred_pod}" if preferred_pod else "")
+
+    def step_down(self) -> None:
+        """Stop acting as holder without touching the Lease (it was lost)."""
+        with self._cond:
+            self._holding = False
+            self._valid_until = 0.0
+
+    def close(self) -> None:
+        self._stop.set()
