@@ -106,6 +106,8 @@ def supervise(
             queries = pipeline.all_queries()
             failed = [q for q in queries if not q.isActive and q.exception() is not None]
             if failed:
+                if elector is not None and elector.may_write() is not None:
+                    return LOST  # the write guard stopped it: the lease ran out (a paused driver)
                 exc = failed[0].exception()
                 print(f"sluice-runtime: query {failed[0].name} failed: {getattr(exc, 'desc', exc)}",
                       file=sys.stderr)

@@ -29,6 +29,9 @@ class E2ECluster:
     bootstrap: str
     kind: str = "local"
     cleanup: list[Callable[[], None]] = field(default_factory=list)
+    #: stop and start the operator (fail-over must not need it)
+    stop_operator: Callable[[], None] | None = None
+    start_operator: Callable[[], None] | None = None
 
     # -- kubectl ---------------------------------------------------------------------------------
     def kubectl(self, *args: str, stdin: str | None = None, check: bool = True) -> str:
@@ -87,6 +90,31 @@ class E2ECluster:
             pid = int(status["containerID"].removeprefix("sluice://"))
             os.killpg(pid, signal.SIGKILL)
         return str(pod["metadata"]["uid"])
+
+    def driver_pods(self, namespace: str, query: str) -> list[dict[str, Any]]:
+        out = self.kubectl("get", "pods", "-n", namespace, "-l", f"sluice.dev/query={query}",
+                           "-l", "app.kubernetes.io/component=driver", "-o", "json", check=False)
+        return list(json.loads(out).get("items", [])) if out.strip() else []
+
+    def active_pod(self, namespace: str, query: str) -> dict[str, Any] | None:
+        """The driver pod that labels itself active (the runtime keeps ``sluice.dev/role`` current)."""
+        for pod in self.driver_pods(namespace, query):
+            labels = pod["metadata"].get("labels") or {}
+            if labels.get("sluice.dev/role") == "active" and not pod["metadata"].get("deletionTimestamp"):
+                return pod
+        return None
+
+    def signal_pod(self, pod: dict[str, Any], sig: int) -> None:
+        """Send ``sig`` to a driver pod's runtime process (and its JVM) from outside the pod."""
+        status = pod["status"]["containerStatuses"][0]
+        if self.kind == "kind":
+            cid = status["containerID"].split("://", 1)[1]
+            node = pod["spec"]["nodeName"]
+            script = f"kill -{int(sig)} $(crictl inspect --output go-template --template '{{{{.info.pid}}}}' {cid})"
+            subprocess.run(["docker", "exec", node, "sh", "-c", script], check=True, capture_output=True,
+                           timeout=60)
+        else:
+            os.killpg(int(status["containerID"].removeprefix("sluice://")), sig)
 
     def restart_count(self, namespace: str, query: str) -> int:
         pod = self.driver_pod(namespace, query)

@@ -18,12 +18,20 @@ def cluster(request: pytest.FixtureRequest) -> Iterator[E2ECluster]:
     The e2e suite runs last (``testpaths`` and ``make test`` order it so): its cluster-wide
     operator and Ready node would otherwise act on what the integration tests create."""
     if os.environ.get("E2E_CLUSTER", "local") == "kind":
-        yield E2ECluster(
+        kind = E2ECluster(
             kubeconfig=Path(os.environ.get("KUBECONFIG", str(Path.home() / ".kube" / "config"))),
             kubectl_bin=Path(os.environ.get("KUBECTL", "kubectl")),
             bootstrap=os.environ["E2E_KAFKA_BOOTSTRAP"],
             kind="kind",
         )
+
+        def scale(replicas: int) -> None:
+            kind.kubectl("scale", "deployment", "-n", "sluice-system", "-l", "app.kubernetes.io/name=sluice",
+                         f"--replicas={replicas}")
+
+        kind.stop_operator = lambda: scale(0)
+        kind.start_operator = lambda: scale(1)
+        yield kind
         return
     from sluice_dev.platform import nodeagent, operator
 
@@ -40,7 +48,11 @@ def cluster(request: pytest.FixtureRequest) -> Iterator[E2ECluster]:
         nodeagent.stop(state)
         pytest.fail(str(exc), pytrace=False)
     try:
-        yield E2ECluster(kubeconfig=kube.kubeconfig, kubectl_bin=kubectl, bootstrap=bootstrap)
+        yield E2ECluster(
+            kubeconfig=kube.kubeconfig, kubectl_bin=kubectl, bootstrap=bootstrap,
+            stop_operator=lambda: operator.stop(state),
+            start_operator=lambda: operator.start(state, kube.kubeconfig, kubectl) and None,
+        )
     finally:
         operator.stop(state)
         nodeagent.stop(state)

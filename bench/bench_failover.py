@@ -1,0 +1,242 @@
+"""Output gap of driver fail-overs and restarts, through driver pods on the local platform.
+
+Steady input (``--rate`` records/s) into an exactly-once query; a read_committed consumer records
+when each output record becomes visible. The *output gap* of an event is the longest silence of
+the output from the event until output has flowed again for a while, and the runtime's own
+``gapSeconds`` (last commit of the old driver to the first commit of the new one, from the Lease)
+is printed next to it. Four kinds of event, interleaved (ABCD ABCD ...), ``--events`` each:
+
+* ``kill-standby``: kill -9 of the active driver, ``standbyReplicas: 1`` (a warm standby takes over);
+* ``kill-cold``: kill -9 of the active driver, ``standbyReplicas: 0`` (the container restarts cold);
+* ``roll-handoff``: a ``restartNonce`` edit (a warm replacement driver starts first, then hand-off);
+* ``restart-cold``: SIGTERM of the driver's process, ``standbyReplicas: 0`` (it drains, exits and
+  its container starts cold on the same checkpoint: what a StatefulSet roll did before standbys).
+
+    python bench/bench_failover.py [--events 5] [--rate 20]
+
+Needs nothing running: it starts the platform and the operator like ``make demo`` (and leaves
+them running). Prints one line per event and p50/p95 per kind with the ratios.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+KINDS = ("kill-standby", "kill-cold", "roll-handoff", "restart-cold")
+
+
+class Platform:
+    def __init__(self, state_dir: Path) -> None:
+        from sluice_dev.platform import orchestrate
+
+        state = orchestrate.up(state_dir, log=lambda m: None)
+        if "operator" not in state or not orchestrate.status(state_dir, log=lambda _m: None):
+            state = orchestrate.deploy(state_dir, log=lambda m: None)
+        self.kubeconfig = state["kube"]["env"]["KUBECONFIG"]
+        self.kubectl_bin = str(Path(state["kube"]["info"]["bin_dir"]) / "kubectl")
+        self.bootstrap = state["kafka"]["env"]["SLUICE_KAFKA_BOOTSTRAP"]
+
+    def kubectl(self, *args: str, stdin: str | None = None) -> str:
+        result = subprocess.run([self.kubectl_bin, *args], input=stdin, capture_output=True, text=True,
+                                env={**os.environ, "KUBECONFIG": self.kubeconfig}, timeout=120, check=False)
+        if result.returncode != 0:
+            raise RuntimeError(f"kubectl {' '.join(args)}: {result.stderr.strip()}")
+        return result.stdout
+
+    def pods(self, ns: str, query: str) -> list[dict[str, Any]]:
+        out = self.kubectl("get", "pods", "-n", ns, "-l", f"sluice.dev/query={query}",
+                           "-l", "app.kubernetes.io/component=driver", "-o", "json")
+        return [p for p in json.loads(out)["items"] if not p["metadata"].get("deletionTimestamp")]
+
+    def active(self, ns: str, query: str) -> dict[str, Any] | None:
+        return next((p for p in self.pods(ns, query)
+                     if (p["metadata"].get("labels") or {}).get("sluice.dev/role") == "active"), None)
+
+    def lease_gap(self, ns: str, query: str) -> dict[str, Any]:
+        lease = json.loads(self.kubectl("get", "lease", f"{query}-driver", "-n", ns, "-o", "json"))
+        text = lease["metadata"].get("annotations", {}).get("sluice.dev/last-takeover")
+        return dict(json.loads(text or "{}"))
+
+
+def ready(pod: dict[str, Any]) -> bool:
+    conds = {c["type"]: c["status"] for c in (pod.get("status") or {}).get("conditions") or []}
+    return conds.get("Ready") == "True"
+
+
+def wait(what: str, check: Any, timeout: float = 300.0) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        got = check()
+        if got:
+            return got
+        time.sleep(0.5)
+    raise RuntimeError(f"timed out waiting for {what}")
+
+
+class Watcher:
+    """Feeds a source topic and records when output records become visible (read_committed)."""
+
+    def __init__(self, bootstrap: str, src: str, out: str, rate: float) -> None:
+        from confluent_kafka import Consumer, Producer
+
+        self.producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
+        self.consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"bench-{uuid.uuid4().hex}",
+                                  "auto.offset.reset": "earliest", "isolation.level": "read_committed"})
+        self.consumer.subscribe([out])
+        self.src, self.rate = src, rate
+        self.arrivals: list[float] = []
+        self.sent = 0
+        self.seen: dict[int, int] = {}
+        self._stop = threading.Event()
+        self._lock = threading.Lock()
+        threading.Thread(target=self._produce, daemon=True).start()
+        threading.Thread(target=self._consume, daemon=True).start()
+
+    def _produce(self) -> None:
+        while not self._stop.is_set():
+            self.producer.produce(self.src, value=json.dumps({"id": self.sent, "k": f"k{self.sent % 3}"}))
+            self.sent += 1
+            self.producer.poll(0)
+            self._stop.wait(1.0 / self.rate)
+        self.producer.flush(30)
+
+    def _consume(self) -> None:
+        while not self._stop.is_set():
+            msg = self.consumer.poll(0.2)
+            if msg is None or msg.error():
+                continue
+            now = time.monotonic()
+            row = json.loads(msg.value())
+            with self._lock:
+                self.arrivals.append(now)
+                self.seen[row["id"]] = self.seen.get(row["id"], 0) + 1
+
+    def gap_after(self, t0: float, settle: float = 8.0, timeout: float = 180.0) -> float:
+        """Longest output silence from ``t0`` until output flowed for ``settle`` seconds."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            with self._lock:
+                times = [t for t in self.arrivals if t >= t0 - 5]
+            after = [t for t in times if t > t0]
+            if after and time.monotonic() - after[0] > settle:
+                points = [max((t for t in times if t <= t0), default=t0), *after]
+                return max(b - a for a, b in itertools.pairwise(points))
+            time.sleep(0.5)
+        raise RuntimeError("output did not resume")
+
+    def stop(self) -> tuple[int, int, int]:
+        self._stop.set()
+        time.sleep(10)
+        with self._lock:
+            lost = sum(1 for i in range(self.sent) if i not in self.seen)
+            dup = sum(1 for n in self.seen.values() if n > 1)
+        self.consumer.close()
+        return self.sent, lost, dup
+
+
+def query_doc(ns: str, name: str, src: str, out: str, standbys: int) -> dict[str, Any]:
+    return {"apiVersion": "sluice.dev/v1alpha1", "kind": "StreamingQuery",
+            "metadata": {"name": name, "namespace": ns},
+            "spec": {"sources": [{"name": "events", "topic": src, "schema": [
+                {"name": "id", "type": "int"}, {"name": "k", "type": "string"}]}],
+                "sql": "SELECT id, k FROM events",
+                "sink": {"topic": out, "outputMode": "append", "delivery": "exactlyOnce"},
+                "trigger": {"processingTime": "1 second"}, "standbyReplicas": standbys}}
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))]
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--events", type=int, default=5)
+    parser.add_argument("--rate", type=float, default=20.0)
+    parser.add_argument("--state-dir", type=Path, default=REPO / ".platform")
+    parser.add_argument("--kinds", default=",".join(KINDS))
+    args = parser.parse_args()
+    kinds = [k for k in args.kinds.split(",") if k]
+    p = Platform(args.state_dir)
+    ns = f"bench-failover-{uuid.uuid4().hex[:6]}"
+    p.kubectl("create", "namespace", ns)
+    p.kubectl("apply", "-f", "-", stdin=json.dumps({
+        "apiVersion": "sluice.dev/v1alpha1", "kind": "QueryCluster",
+        "metadata": {"name": "default", "namespace": ns},
+        "spec": {"serviceId": "bench", "kafka": {"bootstrapServers": p.bootstrap},
+                 "driver": {"requests": {"cpu": "100m", "memory": "512Mi"}},
+                 "sparkConf": {"spark.driver.memory": "768m"}}}))
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    queries = {"warm": 1, "cold": 0}
+    watchers: dict[str, Watcher] = {}
+    for name, standbys in queries.items():
+        src, out = f"{ns}-{name}-in", f"{ns}-{name}-out"
+        for f in AdminClient({"bootstrap.servers": p.bootstrap}).create_topics(
+                [NewTopic(t, num_partitions=2, replication_factor=1) for t in (src, out)]).values():
+            f.result(30)
+        p.kubectl("apply", "-f", "-", stdin=json.dumps(query_doc(ns, name, src, out, standbys)))
+        watchers[name] = Watcher(p.bootstrap, src, out, args.rate)
+
+    def settled(name: str, standbys: int) -> bool:
+        pods = p.pods(ns, name)
+        return (p.active(ns, name) is not None and len(pods) == 1 + standbys and all(ready(x) for x in pods))
+
+    results: dict[str, list[tuple[float, float | None]]] = {k: [] for k in kinds}
+    for round_ in range(args.events):
+        for kind in kinds:
+            name = "warm" if kind == "kill-standby" else "cold"
+            wait(f"{name} settled", lambda n=name: settled(n, queries[n]), 600)
+            time.sleep(5)
+            before = p.lease_gap(ns, name).get("time")
+            pod = p.active(ns, name)
+            assert pod is not None
+            pid = int(pod["status"]["containerStatuses"][0]["containerID"].removeprefix("sluice://"))
+            t0 = time.monotonic()
+            if kind.startswith("kill"):
+                os.killpg(pid, signal.SIGKILL)
+            elif kind == "restart-cold":
+                os.killpg(pid, signal.SIGTERM)
+            else:
+                p.kubectl("patch", "sq", name, "-n", ns, "--type=merge", "-p",
+                          json.dumps({"spec": {"restartNonce": f"r{round_}"}}))
+            gap = watchers[name].gap_after(t0)
+            runtime_gap = wait("the takeover gap", lambda n=name, b=before: (
+                (g := p.lease_gap(ns, n)).get("time") != b and g.get("gapSeconds") is not None and g), 120)
+            results[kind].append((gap, runtime_gap.get("gapSeconds")))
+            print(f"round {round_ + 1} {kind:13s} output gap {gap:6.2f}s  runtime gap "
+                  f"{runtime_gap.get('gapSeconds')}s ({runtime_gap.get('reason')})", flush=True)
+    for name, w in watchers.items():
+        sent, lost, dup = w.stop()
+        print(f"query {name}: {sent} records sent, {lost} lost, {dup} duplicated (read_committed)")
+    print(f"\n{'event':13s} {'n':>3s} {'p50':>7s} {'p95':>7s}   runtime gap p50")
+    summary: dict[str, float] = {}
+    for kind, rows in results.items():
+        gaps = [g for g, _ in rows]
+        rts = [r for _, r in rows if r is not None]
+        summary[kind] = statistics.median(gaps)
+        print(f"{kind:13s} {len(gaps):3d} {statistics.median(gaps):6.2f}s {percentile(gaps, 0.95):6.2f}s   "
+              f"{statistics.median(rts) if rts else float('nan'):.2f}s")
+    if "kill-standby" in summary and "kill-cold" in summary:
+        print(f"fail-over with a standby vs a cold restart: {summary['kill-standby'] / summary['kill-cold']:.2f}")
+    if "roll-handoff" in summary and "restart-cold" in summary:
+        print(f"restart by hand-off vs a cold restart:      {summary['roll-handoff'] / summary['restart-cold']:.2f}")
+    p.kubectl("delete", "namespace", ns, "--wait=false")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,194 @@
+"""End to end through driver pods: standby drivers on a Lease.
+
+Steady input (20 records/s) into an exactly-once query; after every event the output, read with
+read_committed, holds every input record exactly once.
+
+* kill -9 of the active driver while the operator is stopped: the warm standby takes over on its
+  own; the operator, started again, records ``status.drivers.lastFailover`` and a FailedOver event;
+  then a zombie: the active driver paused (SIGSTOP) past its lease, the standby takes over on
+  expiry, and the zombie, resumed, stops without writing and waits as a standby;
+* a ``restartNonce`` edit with no standby: the replacement driver starts first, warms up and
+  takes over by hand-off (HandedOff); the standby count goes up to 1 and back down to 0 without
+  moving the active driver.
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import signal
+import threading
+import time
+from typing import Any
+
+import pytest
+from cluster import E2ECluster
+from confluent_kafka import Producer
+from test_queries import READY_TIMEOUT, cluster_doc, consume, create_topics, query_doc
+
+pytestmark = pytest.mark.e2e
+
+RATE = 20
+LEASE_SECONDS = 10
+
+
+class Feed:
+    def __init__(self, bootstrap: str, topic: str) -> None:
+        self.producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
+        self.topic = topic
+        self.sent = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self.producer.produce(self.topic, value=json.dumps({"id": self.sent, "k": f"k{self.sent % 3}"}))
+            self.sent += 1
+            self.producer.poll(0)
+            self._stop.wait(1.0 / RATE)
+
+    def stop(self) -> int:
+        self._stop.set()
+        self._thread.join(10)
+        self.producer.flush(30)
+        return self.sent
+
+
+def feed_query(ns: str, src: str, out: str, **extra: Any) -> dict[str, Any]:
+    return query_doc(ns, "feed", {
+        "sources": [{"name": "events", "topic": src, "schema": [
+            {"name": "id", "type": "int"}, {"name": "k", "type": "string"}]}],
+        "sql": "SELECT id, k FROM events",
+        "sink": {"topic": out, "outputMode": "append", "delivery": "exactlyOnce"},
+        "trigger": {"processingTime": "1 second"},
+        **extra,
+    })
+
+
+def drivers(cluster: E2ECluster, ns: str) -> dict[str, Any]:
+    sq = cluster.get("streamingquery", ns, "feed") or {}
+    return dict((sq.get("status") or {}).get("drivers") or {})
+
+
+def ready_standby(cluster: E2ECluster, ns: str, active: str) -> str | None:
+    for pod in cluster.driver_pods(ns, "feed"):
+        name = pod["metadata"]["name"]
+        labels = pod["metadata"].get("labels") or {}
+        conditions = {c["type"]: c["status"] for c in (pod.get("status") or {}).get("conditions") or []}
+        if name != active and labels.get("sluice.dev/role") == "standby" and conditions.get("Ready") == "True":
+            return str(name)
+    return None
+
+
+def assert_exactly_once(cluster: E2ECluster, ns: str, out: str, sent: int) -> None:
+    rows = consume(cluster.bootstrap, out, sent, READY_TIMEOUT, committed=True)
+    counts = collections.Counter(r["id"] for r in rows)
+    lost = sorted(set(range(sent)) - set(counts))
+    dup = sorted(i for i, n in counts.items() if n > 1)
+    assert not lost and not dup, (f"{len(lost)} lost (first {lost[:10]}), {len(dup)} duplicated "
+                                  f"(first {dup[:10]}) of {sent}\n" + cluster.diagnostics(ns))
+
+
+def events(cluster: E2ECluster, ns: str, reason: str) -> list[dict[str, Any]]:
+    out = cluster.kubectl("get", "events", "-n", ns, "--field-selector", f"reason={reason}", "-o", "json",
+                          check=False)
+    return list(json.loads(out).get("items", [])) if out.strip() else []
+
+
+def test_failover_without_the_operator_and_a_zombie_that_stops(cluster: E2ECluster, ns: str) -> None:
+    src, out = f"{ns}-events", f"{ns}-events-out"
+    create_topics(cluster.bootstrap, src, out)
+    cluster.apply(cluster_doc(ns, cluster.bootstrap, standbyReplicas=1), feed_query(ns, src, out))
+    feed = Feed(cluster.bootstrap, src)
+    operator_stopped = False
+    try:
+        active = cluster.wait_for("an active driver", lambda: cluster.active_pod(ns, "feed"), READY_TIMEOUT)
+        first = active["metadata"]["name"]
+        standby = cluster.wait_for("a warm standby", lambda: ready_standby(cluster, ns, first), READY_TIMEOUT)
+        cluster.wait_for("status.drivers", lambda: drivers(cluster, ns).get("active") == first
+                         and drivers(cluster, ns).get("standbys") == [standby], 120)
+        time.sleep(5)
+
+        # 1. kill -9 of the active driver, operator stopped: the standby takes over by itself
+        assert cluster.stop_operator is not None and cluster.start_operator is not None
+        cluster.stop_operator()
+        operator_stopped = True
+        killed = time.monotonic()
+        cluster.signal_pod(active, signal.SIGKILL)
+        new = cluster.wait_for("the standby to take over", lambda: (
+            (p := cluster.active_pod(ns, "feed")) is not None and p["metadata"]["name"] == standby and p), 60)
+        took = time.monotonic() - killed
+        assert took < LEASE_SECONDS, f"fail-over took {took:.1f}s: it waited for the lease to expire"
+        time.sleep(5)
+        cluster.start_operator()
+        operator_stopped = False
+        last = cluster.wait_for("lastFailover recorded", lambda: (
+            (f := drivers(cluster, ns).get("lastFailover")) and f.get("gapSeconds") is not None
+            and f["to"] == standby and f), 120)
+        assert (last["from"], last["reason"]) == (first, "FailedOver"), last
+        cluster.wait_for("a FailedOver event", lambda: events(cluster, ns, "FailedOver"), 60)
+
+        # 2. the zombie: the active driver paused past its lease
+        cluster.wait_for("the killed driver back as a warm standby",
+                         lambda: ready_standby(cluster, ns, standby) == first, READY_TIMEOUT)
+        time.sleep(3)
+        paused = new
+        cluster.signal_pod(paused, signal.SIGSTOP)
+        try:
+            cluster.wait_for("the standby to take over on expiry", lambda: (
+                (p := cluster.active_pod(ns, "feed")) is not None and p["metadata"]["name"] == first),
+                LEASE_SECONDS * 4)
+            time.sleep(4)
+        finally:
+            cluster.signal_pod(paused, signal.SIGCONT)
+        cluster.wait_for("the zombie to stand by", lambda: ready_standby(cluster, ns, first) == standby, 120)
+        time.sleep(4)
+        sent = feed.stop()
+        assert_exactly_once(cluster, ns, out, sent)
+    finally:
+        feed.stop()
+        if operator_stopped and cluster.start_operator is not None:
+            cluster.start_operator()
+
+
+def test_restart_hands_off_to_a_warm_replacement_and_standby_count_changes(
+    cluster: E2ECluster, ns: str
+) -> None:
+    src, out = f"{ns}-events", f"{ns}-events-out"
+    create_topics(cluster.bootstrap, src, out)
+    cluster.apply(cluster_doc(ns, cluster.bootstrap), feed_query(ns, src, out))
+    feed = Feed(cluster.bootstrap, src)
+    try:
+        active = cluster.wait_for("an active driver", lambda: cluster.active_pod(ns, "feed"), READY_TIMEOUT)
+        first = active["metadata"]["name"]
+        time.sleep(5)
+
+        # 1. restartNonce with standbyReplicas 0: a temporary warm second driver takes over
+        cluster.kubectl("patch", "sq", "feed", "-n", ns, "--type=merge", "-p",
+                        '{"spec":{"restartNonce":"roll-1"}}')
+        last = cluster.wait_for("the hand-off recorded", lambda: (
+            (f := drivers(cluster, ns).get("lastFailover")) and f.get("gapSeconds") is not None and f),
+            READY_TIMEOUT)
+        assert (last["from"], last["reason"]) == (first, "HandedOff"), last
+        second = last["to"]
+        assert second != first
+        cluster.wait_for("the old driver gone", lambda: [p["metadata"]["name"] for p in
+                                                         cluster.driver_pods(ns, "feed")] == [second], 180)
+        cluster.wait_for("a HandedOff event", lambda: events(cluster, ns, "HandedOff"), 60)
+        time.sleep(4)
+
+        # 2. one standby more, then none: the active driver stays where it is
+        cluster.kubectl("patch", "sq", "feed", "-n", ns, "--type=merge", "-p", '{"spec":{"standbyReplicas":1}}')
+        standby = cluster.wait_for("a warm standby", lambda: ready_standby(cluster, ns, second), READY_TIMEOUT)
+        cluster.wait_for("status.drivers with the standby", lambda: drivers(cluster, ns).get("standbys")
+                         == [standby], 120)
+        cluster.kubectl("patch", "sq", "feed", "-n", ns, "--type=merge", "-p", '{"spec":{"standbyReplicas":0}}')
+        cluster.wait_for("the standby removed", lambda: [p["metadata"]["name"] for p in
+                                                         cluster.driver_pods(ns, "feed")] == [second], 180)
+        assert drivers(cluster, ns).get("active") == second
+        time.sleep(4)
+        sent = feed.stop()
+        assert_exactly_once(cluster, ns, out, sent)
+    finally:
+        feed.stop()

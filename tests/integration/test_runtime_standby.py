@@ -1,0 +1,329 @@
+"""Standby drivers as processes: two real runtimes (PySpark, a real broker) compete for a Lease
+on a real API server, under a service account with only the rights the operator grants.
+
+Steady input (20 records/s), exactly-once sink; the output is read with read_committed and every
+input record must appear exactly once after each event: a hand-off on request, SIGTERM of the
+active driver, kill -9 of it, and a zombie (SIGSTOP longer than the lease, then SIGCONT) that must
+notice it lost the Lease and stop without writing.
+"""
+
+from __future__ import annotations
+
+import base64
+import collections
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from runtime_support import consume, create_topic, plan_from_yaml, unique
+from sluice.core.election import HANDOFF_REQUEST, LAST_TAKEOVER, HandoffRequest, Takeover
+from test_runtime_process import _free_port
+
+pytestmark = pytest.mark.integration
+
+LEASE_SECONDS = 5
+RATE = 20  # records per second
+
+
+class Feed:
+    """Produces RATE records/s with unique ids until stopped."""
+
+    def __init__(self, bootstrap: str, topic: str) -> None:
+        from confluent_kafka import Producer
+
+        self.producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
+        self.topic = topic
+        self.sent = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self.producer.produce(self.topic, key=str(self.sent % 7),
+                                  value=json.dumps({"id": self.sent, "amount": float(self.sent % 5)}))
+            self.sent += 1
+            self.producer.poll(0)
+            self._stop.wait(1.0 / RATE)
+
+    def stop(self) -> int:
+        self._stop.set()
+        self._thread.join(10)
+        self.producer.flush(30)
+        return self.sent
+
+
+class Api:
+    """The test's own admin view of the cluster (kubectl), next to the runtime's restricted one."""
+
+    def __init__(self, kube: Any, namespace: str) -> None:
+        self.kube = kube
+        self.ns = namespace
+
+    def kubectl(self, *args: str, stdin: str | None = None) -> str:
+        result = subprocess.run([str(self.kube.bin_dir / "kubectl"), *args, "-n", self.ns], input=stdin,
+                                capture_output=True, text=True, env=self.kube.env(), timeout=60, check=False)
+        if result.returncode != 0:
+            raise AssertionError(f"kubectl {' '.join(args)}: {result.stderr}")
+        return result.stdout
+
+    def apply(self, obj: dict[str, Any]) -> None:
+        self.kubectl("apply", "-f", "-", stdin=json.dumps(obj))
+
+    def lease(self, name: str) -> dict[str, Any]:
+        return dict(json.loads(self.kubectl("get", "lease", name, "-o", "json")))
+
+    def pod_labels(self, name: str) -> dict[str, str]:
+        return dict(json.loads(self.kubectl("get", "pod", name, "-o", "json"))["metadata"].get("labels") or {})
+
+
+def ca_file(kube: Any, tmp: Path) -> Path:
+    config = yaml.safe_load(kube.kubeconfig.read_text())
+    cluster = config["clusters"][0]["cluster"]
+    if "certificate-authority" in cluster:
+        return Path(cluster["certificate-authority"])
+    path = tmp / "ca.crt"
+    path.write_bytes(base64.b64decode(cluster["certificate-authority-data"]))
+    return path
+
+
+@pytest.fixture
+def driver_env(kube: Any, namespace: str, tmp_path: Path) -> Iterator[tuple[Api, dict[str, str]]]:
+    """A service account with the driver's Lease and Pod rights, and the env its runtimes use."""
+    api = Api(kube, namespace)
+    api.apply({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "driver", "namespace": namespace}})
+    api.apply({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+               "metadata": {"name": "driver", "namespace": namespace},
+               "rules": [{"apiGroups": ["coordination.k8s.io"], "resources": ["leases"],
+                          "verbs": ["get", "list", "watch", "create", "update", "patch"]},
+                         {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "patch"]}]})
+    api.apply({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+               "metadata": {"name": "driver", "namespace": namespace},
+               "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "driver"},
+               "subjects": [{"kind": "ServiceAccount", "name": "driver", "namespace": namespace}]})
+    token = tmp_path / "token"
+    token.write_text(api.kubectl("create", "token", "driver", "--duration", "2h").strip())
+    env = {"SLUICE_KUBE_SERVER": kube.server, "SLUICE_KUBE_TOKEN_FILE": str(token),
+           "SLUICE_KUBE_CA_FILE": str(ca_file(kube, tmp_path)),
+           "SLUICE_LEASE_NAME": "q-driver", "SLUICE_LEASE_NAMESPACE": namespace,
+           "SLUICE_LEASE_SECONDS": str(LEASE_SECONDS)}
+    yield api, env
+
+
+class Driver:
+    """One driver process (the runtime as a pod runs it, with a pod name of its own)."""
+
+    def __init__(self, tmp: Path, pod: str, plan: Path, checkpoint: Path, kafka: str, jars: list[Path],
+                 env: dict[str, str], api: Api) -> None:
+        api.apply({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": pod, "namespace": api.ns},
+                   "spec": {"containers": [{"name": "driver", "image": "sluice-runtime:test"}],
+                            "nodeSelector": {"sluice.dev/no-such-node": "true"}}})
+        self.pod = pod
+        self.port = _free_port()
+        self.log = tmp / f"{pod}-{time.monotonic_ns()}.log"
+        cmd = [sys.executable, "-m", "sluice_runtime.cli", "run", "--plan", str(plan), "--checkpoint",
+               str(checkpoint), "--bootstrap", kafka, "--query-id", "standby-test", "--jars",
+               ",".join(str(j) for j in jars), "--http-addr", f"127.0.0.1:{self.port}",
+               "--consumer-group", "it.standby", "--transactional-id", "it.standby.tx"]
+        self.proc = subprocess.Popen(cmd, stdout=self.log.open("wb"), stderr=subprocess.STDOUT,
+                                     start_new_session=True,
+                                     env={**os.environ, **env, "SLUICE_POD_NAME": pod})
+
+    def role(self) -> dict[str, Any]:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/role", timeout=3) as r:
+                return dict(json.loads(r.read()))
+        except (urllib.error.URLError, OSError, ValueError):
+            return {}
+
+    def signal(self, sig: int) -> None:
+        os.killpg(self.proc.pid, sig)
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            try:
+                self.signal(signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            self.proc.wait(30)
+
+    def tail(self) -> str:
+        return f"--- {self.pod} ---\n" + self.log.read_text(errors="replace")[-3000:]
+
+
+def wait_until(what: str, check: Any, timeout: float, drivers: list[Driver]) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        got = check()
+        if got:
+            return got
+        time.sleep(0.2)
+    raise AssertionError(f"timed out after {timeout:.0f}s: {what}\n" + "\n".join(d.tail() for d in drivers))
+
+
+def takeover(api: Api) -> Takeover:
+    record = Takeover.from_json(api.lease("q-driver")["metadata"].get("annotations", {}).get(LAST_TAKEOVER))
+    assert record is not None
+    return record
+
+
+def exactly_once(kafka: str, topic: str, sent: int, drivers: list[Driver]) -> None:
+    rows = [json.loads(v) for _, v, _ in consume(kafka, topic, expect=sent, idle=6, timeout=180)]
+    counts = collections.Counter(r["id"] for r in rows)
+    lost = sorted(set(range(sent)) - set(counts))
+    dup = sorted(i for i, n in counts.items() if n > 1)
+    assert not lost and not dup, (f"{len(lost)} lost (first {lost[:10]}), {len(dup)} duplicated "
+                                  f"(first {dup[:10]}) of {sent}\n" + "\n".join(d.tail() for d in drivers))
+
+
+@pytest.fixture
+def query(kafka: str, tmp_path: Path) -> tuple[Path, str, str]:
+    src, out = unique("feed"), unique("out")
+    create_topic(kafka, src, partitions=2)
+    create_topic(kafka, out)
+    plan = plan_from_yaml(f"""\
+  shufflePartitions: 2
+  sources:
+    - name: feed
+      topic: {src}
+      schema: [{{name: id, type: int}}, {{name: amount, type: double}}]
+  sql: SELECT id, amount FROM feed WHERE amount >= 0
+  sink: {{topic: {out}, delivery: exactlyOnce}}
+  trigger: {{processingTime: 500 milliseconds}}
+""")
+    path = tmp_path / "plan.json"
+    path.write_text(plan.to_json())
+    return path, src, out
+
+
+def active_of(drivers: list[Driver]) -> Driver | None:
+    return next((d for d in drivers if d.role().get("role") == "active"), None)
+
+
+def test_handoff_on_request_and_on_sigterm(
+    kafka: str, spark_jars: list[Path], tmp_path: Path, driver_env: tuple[Api, dict[str, str]],
+    query: tuple[Path, str, str],
+) -> None:
+    api, env = driver_env
+    plan, src, out = query
+    checkpoint = tmp_path / "checkpoint"
+    a = Driver(tmp_path, "q-driver-a", plan, checkpoint, kafka, spark_jars, env, api)
+    b = Driver(tmp_path, "q-driver-b", plan, checkpoint, kafka, spark_jars, env, api)
+    drivers = [a, b]
+    feed = Feed(kafka, src)
+    try:
+        first = wait_until("one active driver", lambda: active_of(drivers), 240, drivers)
+        other = b if first is a else a
+        wait_until("a warm standby", lambda: other.role().get("role") == "standby", 240, drivers)
+        assert api.pod_labels(first.pod)["sluice.dev/role"] == "active"
+        assert api.pod_labels(other.pod)["sluice.dev/role"] == "standby"
+        time.sleep(4)
+
+        # hand-off on request, to the named pod
+        api.kubectl("annotate", "lease", "q-driver", "--overwrite",
+                    f"{HANDOFF_REQUEST}={HandoffRequest(id='h1', to=other.pod).to_json()}")
+        wait_until("the standby active after the hand-off", lambda: other.role().get("role") == "active", 60,
+                   drivers)
+        record = wait_until("the hand-off gap recorded",
+                            lambda: (t := takeover(api)).gap_seconds is not None and t, 60, drivers)
+        assert (record.from_pod, record.to_pod, record.kind) == (first.pod, other.pod, "HandedOff")
+        # the old active is a warm standby again, in the same process
+        wait_until("the old active back to standby", lambda: first.role().get("role") == "standby", 60, drivers)
+        assert first.proc.poll() is None
+        assert api.pod_labels(first.pod)["sluice.dev/role"] == "standby"
+        time.sleep(4)
+
+        # SIGTERM of the active: it drains, releases and exits 0; the standby takes over at once
+        other.signal(signal.SIGTERM)
+        assert other.proc.wait(120) == 0, other.tail()
+        wait_until("the first driver active again", lambda: first.role().get("role") == "active", 60, drivers)
+        record = wait_until("the second gap", lambda: (t := takeover(api)).to_pod == first.pod
+                            and t.gap_seconds is not None and t, 60, drivers)
+        assert record.reason == "released"
+        time.sleep(4)
+        sent = feed.stop()
+        exactly_once(kafka, out, sent, drivers)
+    finally:
+        feed.stop()
+        for d in drivers:
+            d.stop()
+
+
+def test_failover_after_kill_and_a_paused_zombie(
+    kafka: str, spark_jars: list[Path], tmp_path: Path, driver_env: tuple[Api, dict[str, str]],
+    query: tuple[Path, str, str],
+) -> None:
+    api, env = driver_env
+    plan, src, out = query
+    checkpoint = tmp_path / "checkpoint"
+    a = Driver(tmp_path, "q-driver-a", plan, checkpoint, kafka, spark_jars, env, api)
+    b = Driver(tmp_path, "q-driver-b", plan, checkpoint, kafka, spark_jars, env, api)
+    drivers = [a, b]
+    feed = Feed(kafka, src)
+    try:
+        first = wait_until("one active driver", lambda: active_of(drivers), 240, drivers)
+        second = b if first is a else a
+        wait_until("a warm standby", lambda: second.role().get("role") == "standby", 240, drivers)
+        time.sleep(4)
+
+        # kill -9 of the active: its endpoint refuses at once, the standby takes over before expiry
+        killed_at = time.monotonic()
+        first.signal(signal.SIGKILL)
+        first.proc.wait(30)
+        wait_until("the standby active", lambda: second.role().get("role") == "active", 60, drivers)
+        detected = time.monotonic() - killed_at
+        record = wait_until("the fail-over recorded with its gap",
+                            lambda: (t := takeover(api)).gap_seconds is not None and t, 60, drivers)
+        assert (record.from_pod, record.to_pod, record.reason) == (first.pod, second.pod, "holder-dead")
+        assert detected < LEASE_SECONDS, f"took {detected:.1f}s: the lease expiry was waited for"
+
+        # a replacement comes up as a standby (the kubelet would restart the container)
+        third = Driver(tmp_path, first.pod, plan, checkpoint, kafka, spark_jars, env, api)
+        drivers.append(third)
+        wait_until("the replacement warm", lambda: third.role().get("role") == "standby", 240, drivers)
+        time.sleep(3)
+
+        # the zombie: the active is paused longer than its lease, the standby takes over on expiry
+        second.signal(signal.SIGSTOP)
+        paused_at = time.monotonic()
+        try:
+            wait_until("the standby active after expiry", lambda: third.role().get("role") == "active",
+                       LEASE_SECONDS * 4, drivers)
+            assert takeover(api).reason == "expired"
+            time.sleep(3)  # the new active commits batches while the zombie is still paused
+        finally:
+            second.signal(signal.SIGCONT)
+        assert time.monotonic() - paused_at > LEASE_SECONDS
+        # it wakes up, notices, stops without committing and waits as a standby again
+        wait_until("the zombie back to standby", lambda: second.role().get("role") == "standby", 60, drivers)
+        log = second.log.read_text(errors="replace")
+        assert "stopped without committing" in log, second.tail()
+        time.sleep(4)
+        sent = feed.stop()
+        exactly_once(kafka, out, sent, drivers)
+        # the live checkpoint epoch holds every batch once, in order: nothing of the zombie in it
+        epochs = sorted(int(p.name) for p in (checkpoint / "epochs").iterdir() if p.name.isdigit())
+        live = checkpoint / "epochs" / str(epochs[-1])
+        commits = sorted(int(p.name) for p in (live / "commits").iterdir() if p.name.isdigit())
+        offsets = sorted(int(p.name) for p in (live / "offsets").iterdir() if p.name.isdigit())
+        assert commits == list(range(commits[0], commits[-1] + 1))
+        assert offsets[-1] <= commits[-1] + 1
+    finally:
+        feed.stop()
+        for d in drivers:
+            try:
+                d.signal(signal.SIGCONT)
+            except ProcessLookupError:
+                pass
+            d.stop()
