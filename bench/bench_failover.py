@@ -231,9 +231,11 @@ def main() -> int:
         print(f"{kind:13s} {len(gaps):3d} {statistics.median(gaps):6.2f}s {percentile(gaps, 0.95):6.2f}s   "
               f"{statistics.median(rts) if rts else float('nan'):.2f}s")
     if "kill-standby" in summary and "kill-cold" in summary:
-        print(f"fail-over with a standby vs a cold restart: {summary['kill-standby'] / summary['kill-cold']:.2f}")
+        ratio = summary["kill-standby"] / summary["kill-cold"]
+        print(f"fail-over with a standby vs a cold restart: {ratio:.2f}")
     if "roll-handoff" in summary and "restart-cold" in summary:
-        print(f"restart by hand-off vs a cold restart:      {summary['roll-handoff'] / summary['restart-cold']:.2f}")
+        ratio = summary["roll-handoff"] / summary["restart-cold"]
+        print(f"restart by hand-off vs a cold restart:      {ratio:.2f}")
     p.kubectl("delete", "namespace", ns, "--wait=false")
     return 0
 

@@ -110,7 +110,8 @@ class E2ECluster:
         if self.kind == "kind":
             cid = status["containerID"].split("://", 1)[1]
             node = pod["spec"]["nodeName"]
-            script = f"kill -{int(sig)} $(crictl inspect --output go-template --template '{{{{.info.pid}}}}' {cid})"
+            template = "'{{.info.pid}}'"
+            script = f"kill -{int(sig)} $(crictl inspect --output go-template --template {template} {cid})"
             subprocess.run(["docker", "exec", node, "sh", "-c", script], check=True, capture_output=True,
                            timeout=60)
         else:

@@ -76,7 +76,8 @@ def ready_standby(cluster: E2ECluster, ns: str, active: str) -> str | None:
         name = pod["metadata"]["name"]
         labels = pod["metadata"].get("labels") or {}
         conditions = {c["type"]: c["status"] for c in (pod.get("status") or {}).get("conditions") or []}
-        if name != active and labels.get("sluice.dev/role") == "standby" and conditions.get("Ready") == "True":
+        standby = labels.get("sluice.dev/role") == "standby"
+        if name != active and standby and conditions.get("Ready") == "True":
             return str(name)
     return None
 
@@ -179,11 +180,14 @@ def test_restart_hands_off_to_a_warm_replacement_and_standby_count_changes(
         time.sleep(4)
 
         # 2. one standby more, then none: the active driver stays where it is
-        cluster.kubectl("patch", "sq", "feed", "-n", ns, "--type=merge", "-p", '{"spec":{"standbyReplicas":1}}')
-        standby = cluster.wait_for("a warm standby", lambda: ready_standby(cluster, ns, second), READY_TIMEOUT)
+        cluster.kubectl("patch", "sq", "feed", "-n", ns, "--type=merge", "-p",
+                        '{"spec":{"standbyReplicas":1}}')
+        standby = cluster.wait_for("a warm standby", lambda: ready_standby(cluster, ns, second),
+                                   READY_TIMEOUT)
         cluster.wait_for("status.drivers with the standby", lambda: drivers(cluster, ns).get("standbys")
                          == [standby], 120)
-        cluster.kubectl("patch", "sq", "feed", "-n", ns, "--type=merge", "-p", '{"spec":{"standbyReplicas":0}}')
+        cluster.kubectl("patch", "sq", "feed", "-n", ns, "--type=merge", "-p",
+                        '{"spec":{"standbyReplicas":0}}')
         cluster.wait_for("the standby removed", lambda: [p["metadata"]["name"] for p in
                                                          cluster.driver_pods(ns, "feed")] == [second], 180)
         assert drivers(cluster, ns).get("active") == second

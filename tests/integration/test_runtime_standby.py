@@ -85,7 +85,8 @@ class Api:
         return dict(json.loads(self.kubectl("get", "lease", name, "-o", "json")))
 
     def pod_labels(self, name: str) -> dict[str, str]:
-        return dict(json.loads(self.kubectl("get", "pod", name, "-o", "json"))["metadata"].get("labels") or {})
+        pod = json.loads(self.kubectl("get", "pod", name, "-o", "json"))
+        return dict(pod["metadata"].get("labels") or {})
 
 
 def ca_file(kube: Any, tmp: Path) -> Path:
@@ -102,7 +103,8 @@ def ca_file(kube: Any, tmp: Path) -> Path:
 def driver_env(kube: Any, namespace: str, tmp_path: Path) -> Iterator[tuple[Api, dict[str, str]]]:
     """A service account with the driver's Lease and Pod rights, and the env its runtimes use."""
     api = Api(kube, namespace)
-    api.apply({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "driver", "namespace": namespace}})
+    api.apply({"apiVersion": "v1", "kind": "ServiceAccount",
+               "metadata": {"name": "driver", "namespace": namespace}})
     api.apply({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
                "metadata": {"name": "driver", "namespace": namespace},
                "rules": [{"apiGroups": ["coordination.k8s.io"], "resources": ["leases"],
@@ -239,7 +241,8 @@ def test_handoff_on_request_and_on_sigterm(
                             lambda: (t := takeover(api)).gap_seconds is not None and t, 60, drivers)
         assert (record.from_pod, record.to_pod, record.kind) == (first.pod, other.pod, "HandedOff")
         # the old active is a warm standby again, in the same process
-        wait_until("the old active back to standby", lambda: first.role().get("role") == "standby", 60, drivers)
+        wait_until("the old active back to standby", lambda: first.role().get("role") == "standby", 60,
+                   drivers)
         assert first.proc.poll() is None
         assert api.pod_labels(first.pod)["sluice.dev/role"] == "standby"
         time.sleep(4)

@@ -147,7 +147,8 @@ def test_drivers_status_from_the_lease_and_pods() -> None:
 def test_drivers_status_keeps_the_last_failover_when_the_first_holder_takes_over() -> None:
     first = Takeover(time="T2", from_pod="", to_pod="q-a", reason=Why.NEW, epoch=1)
     rec = record(holder="q-a/1", annotations={LAST_TAKEOVER: first.to_json()})
-    previous = {"lastFailover": {"time": "T1", "from": "x", "to": "y", "reason": "HandedOff", "gapSeconds": 1}}
+    previous = {"lastFailover": {"time": "T1", "from": "x", "to": "y", "reason": "HandedOff",
+                                 "gapSeconds": 1}}
     assert drivers_status(rec, [pod("q-a")], previous)["lastFailover"] == previous["lastFailover"]
     assert drivers_status(None, [pod("q-a")], None) == {"active": None, "standbys": ["q-a"]}
 
