@@ -62,8 +62,10 @@ class Platform:
         return [p for p in json.loads(out)["items"] if not p["metadata"].get("deletionTimestamp")]
 
     def active(self, ns: str, query: str) -> dict[str, Any] | None:
-        return next((p for p in self.pods(ns, query)
-                     if (p["metadata"].get("labels") or {}).get("sluice.dev/role") == "active"), None)
+        """The pod holding the query's driver Lease."""
+        lease = json.loads(self.kubectl("get", "lease", f"{query}-driver", "-n", ns, "-o", "json"))
+        holder = str(lease["spec"].get("holderIdentity") or "").split("/", 1)[0]
+        return next((p for p in self.pods(ns, query) if p["metadata"]["name"] == holder), None)
 
     def lease_gap(self, ns: str, query: str) -> dict[str, Any]:
         lease = json.loads(self.kubectl("get", "lease", f"{query}-driver", "-n", ns, "-o", "json"))

@@ -214,6 +214,7 @@ def run_elected(
     pod = config.pod_name or ""
     state.identity = identity_for(pod)
     state.role = "warming"
+    set_pod_role(api, config.lease_namespace, pod, "standby")  # a restarted container is no longer active
     elector = Elector(api, namespace=config.lease_namespace, name=config.lease_name, identity=state.identity,
                       address=advertised_address(config.http_addr, dict(os.environ)),
                       plan_hash=state.plan_hash, duration=config.lease_seconds)

@@ -153,7 +153,7 @@ class Elector:
             return LeaseRecord.from_lease(self._lease) if self._lease is not None else None
 
     # -- standby -----------------------------------------------------------------------------
-    def wait_for_leadership(self, stop: threading.Event, poll: float = 1.0) -> Leadership | None:
+    def wait_for_leadership(self, stop: threading.Event, poll: float = 0.5) -> Leadership | None:
         """Block until this driver holds the Lease (None when ``stop`` is set first)."""
         while not stop.is_set():
             with self._cond:

@@ -96,11 +96,18 @@ class E2ECluster:
                            "-l", "app.kubernetes.io/component=driver", "-o", "json", check=False)
         return list(json.loads(out).get("items", [])) if out.strip() else []
 
+    def lease_holder(self, namespace: str, query: str) -> str | None:
+        """The pod holding the query's driver Lease (``<pod>/<incarnation>`` -> pod)."""
+        lease = self.get("lease", namespace, f"{query}-driver")
+        holder = ((lease or {}).get("spec") or {}).get("holderIdentity")
+        return str(holder).split("/", 1)[0] if holder else None
+
     def active_pod(self, namespace: str, query: str) -> dict[str, Any] | None:
-        """The driver pod that labels itself active (the runtime keeps ``sluice.dev/role`` current)."""
+        """The driver pod that holds the Lease and labels itself active."""
+        holder = self.lease_holder(namespace, query)
         for pod in self.driver_pods(namespace, query):
             labels = pod["metadata"].get("labels") or {}
-            if labels.get("sluice.dev/role") == "active" and not pod["metadata"].get("deletionTimestamp"):
+            if pod["metadata"]["name"] == holder and labels.get("sluice.dev/role") == "active":
                 return pod
         return None
 

@@ -72,7 +72,10 @@ def drivers(cluster: E2ECluster, ns: str) -> dict[str, Any]:
 
 
 def ready_standby(cluster: E2ECluster, ns: str, active: str) -> str | None:
+    holder = cluster.lease_holder(ns, "feed")
     for pod in cluster.driver_pods(ns, "feed"):
+        if pod["metadata"]["name"] == holder:
+            continue
         name = pod["metadata"]["name"]
         labels = pod["metadata"].get("labels") or {}
         conditions = {c["type"]: c["status"] for c in (pod.get("status") or {}).get("conditions") or []}
