@@ -55,6 +55,26 @@ def micro_time(moment: dt.datetime | None = None) -> str:
     return moment.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
+#: a lease released longer ago than this was not handed to anyone (a stop, a suspend)
+HANDOFF_WINDOW_SECONDS = 60.0
+
+
+def released_recently(record: LeaseRecord, now: dt.datetime | None = None) -> bool:
+    """Whether an empty lease was released within the hand-off window (wall clocks of two pods,
+    used only to word the takeover record, never for safety)."""
+    if not record.renew_time:
+        return False
+    try:
+        released = dt.datetime.strptime(record.renew_time.rstrip("Z")[:26], "%Y-%m-%dT%H:%M:%S.%f")
+    except ValueError:
+        try:
+            released = dt.datetime.strptime(record.renew_time.rstrip("Z")[:19], "%Y-%m-%dT%H:%M:%S")
+        except ValueError:
+            return False
+    moment = (now or dt.datetime.now(dt.UTC)).replace(tzinfo=None)
+    return (moment - released).total_seconds() < HANDOFF_WINDOW_SECONDS
+
+
 def probe_holder(address: str | None, holder: str, timeout: float = PROBE_TIMEOUT) -> HolderProbe:
     """Ask the holder's endpoint who it is (``GET /role``)."""
     if not address:
@@ -164,20 +184,30 @@ class Elector:
             if record is not None and record.holder and record.holder != self.identity:
                 probe = self.prober(record.annotations.get(HOLDER_ADDRESS), record.holder)
             decision = decide(record, self.identity, observed, self.clock(), probe)
-            if decision.verdict == Verdict.CREATE:
-                self._create()
-            elif decision.verdict in (Verdict.ACQUIRE, Verdict.RENEW):
-                assert lease is not None
-                got = self._acquire(lease, decision.why)
-                if got is not None:
-                    return got
-            else:
-                with self._cond:
-                    if self._lease is lease:
-                        self._cond.wait(poll)
+            try:
+                if decision.verdict == Verdict.CREATE:
+                    self._create()
+                    continue
+                if decision.verdict in (Verdict.ACQUIRE, Verdict.RENEW):
+                    assert lease is not None
+                    got = self._acquire(lease, decision.why)
+                    if got is not None:
+                        return got
+                    continue
+            except (KubeApiError, OSError) as exc:  # API server away or RBAC wrong: say so, retry
+                log.warning("lease %s/%s: %s", self.namespace, self.name, exc)
+                stop.wait(2.0)
+                continue
+            with self._cond:
+                if self._lease is lease:
+                    self._cond.wait(poll)
         return None
 
     def _create(self) -> None:
+        existing = self.api.get_lease(self.namespace, self.name)
+        if existing is not None:  # the watch has not delivered it yet
+            self._update(existing)
+            return
         lease = {
             "apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
             "metadata": {"name": self.name, "namespace": self.namespace,
@@ -196,9 +226,14 @@ class Elector:
         record = LeaseRecord.from_lease(lease)
         now = micro_time()
         epoch = record.transitions + 1
-        takeover = Takeover(time=now[:19] + "Z", from_pod=pod_of(record.holder) if record.holder else
-                            self._last_holder_pod(record), to_pod=pod_of(self.identity), reason=str(why),
-                            epoch=epoch, plan_hash=self.plan_hash)
+        if record.holder and record.holder != self.identity:
+            from_pod = pod_of(record.holder)
+        elif not record.holder and released_recently(record):
+            from_pod = self._last_holder_pod(record)
+        else:
+            from_pod = ""  # a first start, a resume after suspend, or this driver again: no takeover
+        takeover = Takeover(time=now[:19] + "Z", from_pod=from_pod, to_pod=pod_of(self.identity),
+                            reason=str(why), epoch=epoch, plan_hash=self.plan_hash)
         annotations = dict(record.annotations)
         annotations.pop(PREFERRED_HOLDER, None)
         annotations.update({HOLDER_ADDRESS: self.address or "", HOLDER_PLAN: self.plan_hash,
@@ -225,7 +260,10 @@ class Elector:
             self.lost.clear()
             self.handoff.clear()
             self.handoff_request = None
-        self._update(updated)
+            # in one step with _holding: a watch event older than our write must not look like a loss
+            self._lease = updated
+            self._observed = observe(self._observed, LeaseRecord.from_lease(updated), self.clock())
+            self._cond.notify_all()
         log.info("lease %s acquired (%s), epoch %s, previous holder %r", self.name, why, epoch,
                  record.holder or takeover.from_pod)
         self._renewer = threading.Thread(target=self._renew_loop, name="sluice-lease-renew", daemon=True)

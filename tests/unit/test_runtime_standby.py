@@ -155,3 +155,20 @@ def test_advertised_address_uses_the_pod_ip_for_a_wildcard_bind() -> None:
     assert advertised_address("10.1.2.3:8080", {}) == "10.1.2.3:8080"
     assert advertised_address("0.0.0.0:8080", {"POD_IP": "10.9.9.9"}) == "10.9.9.9:8080"
     assert advertised_address(None, {}) is None
+
+
+def test_a_lease_released_long_ago_is_no_handoff() -> None:
+    import datetime as dt
+
+    from sluice.core.election import LeaseRecord
+    from sluice_runtime.elector import released_recently
+
+    now = dt.datetime(2026, 11, 22, 12, 0, 0, tzinfo=dt.UTC)
+
+    def rec(renew: str | None) -> LeaseRecord:
+        return LeaseRecord(holder="", duration=10, transitions=3, renew_time=renew, resource_version="1")
+
+    assert released_recently(rec("2026-11-22T11:59:50.123456Z"), now)
+    assert not released_recently(rec("2026-11-22T11:50:00.000000Z"), now)  # a resume after suspend
+    assert not released_recently(rec(None), now)
+    assert released_recently(rec("2026-11-22T11:59:59Z"), now)
