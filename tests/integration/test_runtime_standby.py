@@ -228,8 +228,8 @@ def test_handoff_on_request_and_on_sigterm(
         first = wait_until("one active driver", lambda: active_of(drivers), 240, drivers)
         other = b if first is a else a
         wait_until("a warm standby", lambda: other.role().get("role") == "standby", 240, drivers)
-        assert api.pod_labels(first.pod)["sluice.dev/role"] == "active"
-        assert api.pod_labels(other.pod)["sluice.dev/role"] == "standby"
+        wait_until("the role labels", lambda: api.pod_labels(first.pod).get("sluice.dev/role") == "active"
+                   and api.pod_labels(other.pod).get("sluice.dev/role") == "standby", 30, drivers)
         time.sleep(4)
 
         # hand-off on request, to the named pod
@@ -244,7 +244,8 @@ def test_handoff_on_request_and_on_sigterm(
         wait_until("the old active back to standby", lambda: first.role().get("role") == "standby", 60,
                    drivers)
         assert first.proc.poll() is None
-        assert api.pod_labels(first.pod)["sluice.dev/role"] == "standby"
+        wait_until("its label", lambda: api.pod_labels(first.pod).get("sluice.dev/role") == "standby", 30,
+                   drivers)
         time.sleep(4)
 
         # SIGTERM of the active: it drains, releases and exits 0; the standby takes over at once
