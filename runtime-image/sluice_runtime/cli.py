@@ -216,6 +216,9 @@ def execute(config: RunConfig) -> int:
     state = RuntimeState(bound=readiness_bound(parse_interval(plan.sink.trigger.processing_time)))
     drain_requested = threading.Event()
     state.on_drain = drain_requested.set
+    if config.lease_name:  # one of several drivers: never "active" before it holds the Lease
+        state.role = "warming"
+        state.identity = driver.identity_for(config.pod_name or "")
     server = serve(state, config.http_addr) if config.http_addr else None
 
     def on_signal(signum: int, frame: Any) -> None:

@@ -158,8 +158,9 @@ def set_pod_role(api: KubeApi | None, namespace: str, pod: str, role: str) -> No
     cost = ACTIVE_DELETION_COST if role == "active" else STANDBY_DELETION_COST
     try:
         api.patch_pod_metadata(namespace, pod, {ROLE_LABEL: role}, {DELETION_COST: cost})
+        log.info("pod %s/%s labelled %s=%s", namespace, pod, ROLE_LABEL, role)
     except Exception as exc:
-        log.warning("cannot label pod %s as %s: %s", pod, role, exc)
+        log.warning("cannot label pod %s/%s as %s: %s", namespace, pod, role, exc)
 
 
 @dataclass
@@ -212,7 +213,7 @@ def run_elected(
     assert config.lease_name and config.lease_namespace
     api = KubeApi(KubeConfig.from_env(os.environ))
     pod = config.pod_name or ""
-    state.identity = identity_for(pod)
+    state.identity = state.identity or identity_for(pod)
     state.role = "warming"
     set_pod_role(api, config.lease_namespace, pod, "standby")  # a restarted container is no longer active
     elector = Elector(api, namespace=config.lease_namespace, name=config.lease_name, identity=state.identity,

@@ -132,6 +132,7 @@ class Driver:
                    "spec": {"containers": [{"name": "driver", "image": "sluice-runtime:test"}],
                             "nodeSelector": {"sluice.dev/no-such-node": "true"}}})
         self.pod = pod
+        self.api = api
         self.port = _free_port()
         self.log = tmp / f"{pod}-{time.monotonic_ns()}.log"
         cmd = [sys.executable, "-m", "sluice_runtime.cli", "run", "--plan", str(plan), "--checkpoint",
@@ -161,7 +162,9 @@ class Driver:
             self.proc.wait(30)
 
     def tail(self) -> str:
-        return f"--- {self.pod} ---\n" + self.log.read_text(errors="replace")[-3000:]
+        lines = self.log.read_text(errors="replace").replace("\r", "\n").splitlines()
+        kept = [ln for ln in lines if ln.strip() and "[Stage" not in ln and "py4j" not in ln]
+        return f"--- {self.pod} ---\n" + "\n".join(kept[-40:])
 
 
 def wait_until(what: str, check: Any, timeout: float, drivers: list[Driver]) -> Any:
@@ -171,7 +174,9 @@ def wait_until(what: str, check: Any, timeout: float, drivers: list[Driver]) -> 
         if got:
             return got
         time.sleep(0.2)
-    raise AssertionError(f"timed out after {timeout:.0f}s: {what}\n" + "\n".join(d.tail() for d in drivers))
+    logs = "\n".join(d.tail() for d in drivers)
+    labels = {d.pod: d.api.pod_labels(d.pod) for d in drivers}
+    raise AssertionError(f"timed out after {timeout:.0f}s: {what}\npod labels: {labels}\n{logs}")
 
 
 def takeover(api: Api) -> Takeover:
@@ -228,7 +233,8 @@ def test_handoff_on_request_and_on_sigterm(
         first = wait_until("one active driver", lambda: active_of(drivers), 240, drivers)
         other = b if first is a else a
         wait_until("a warm standby", lambda: other.role().get("role") == "standby", 240, drivers)
-        wait_until("the role labels", lambda: api.pod_labels(first.pod).get("sluice.dev/role") == "active"
+        wait_until(f"the role labels ({first.pod} active, {other.pod} standby)",
+                   lambda: api.pod_labels(first.pod).get("sluice.dev/role") == "active"
                    and api.pod_labels(other.pod).get("sluice.dev/role") == "standby", 30, drivers)
         time.sleep(4)
 
