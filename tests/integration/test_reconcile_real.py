@@ -507,7 +507,7 @@ def test_ready_follows_the_active_driver(world: World) -> None:
     driver_lease.handle(lease, namespace=w.ns, type="MODIFIED")
     status = w.status()
     assert status["ready"] is False and status["phase"] == "Starting"
-    assert status["drivers"] == {"active": None, "standbys": [a, b]}
+    assert status["drivers"] == {"standbys": [a, b]}  # no active driver yet
     lease = hold(w, a)  # the holder is not ready yet
     driver_lease.handle(lease, namespace=w.ns, type="MODIFIED")
     assert w.status()["ready"] is False and w.status()["drivers"]["active"] == a
@@ -621,6 +621,38 @@ def test_handoff_annotation_is_forwarded_to_the_lease(world: World) -> None:
     w.k.calls.clear()
     reconcile_query(w.env, w.current())  # already forwarded: nothing written
     assert not w.k.writes()
+
+
+def test_a_driver_statefulset_of_an_earlier_version_goes_before_the_deployment_acts(world: World) -> None:
+    w = world
+    w.add_query()
+    reconcile_query(w.env, w.current())
+    reconcile_query(w.env, w.current())  # the first steady reconcile of this process checks once
+    labels = {"sluice.dev/query": "totals", "app.kubernetes.io/component": "driver"}
+    w.k.create({"apiVersion": "apps/v1", "kind": "StatefulSet",
+                "metadata": {"name": "totals-driver", "namespace": w.ns, "labels": labels},
+                "spec": {"replicas": 1, "serviceName": "totals-metrics", "selector": {"matchLabels": labels},
+                         "template": {"metadata": {"labels": labels}, "spec": {
+                             "containers": [{"name": "driver", "image": "sluice-runtime:old"}]}}}})
+    assert reconcile_query(w.env, w.current()) == "Starting"  # this process checked the query already
+    restarted = Env(kube=w.k, events=w.env.events, clock=w.env.clock, metrics=w.env.metrics,
+                    kafka_timeout=3.0)  # a new operator version starts
+    with pytest.raises(Retry):
+        reconcile_query(restarted, w.current())
+    assert w.reasons().count("Draining") == 1
+
+    def retired() -> bool:
+        try:
+            return reconcile_query(restarted, w.current()) == "Starting"
+        except Retry:
+            return False
+
+    eventually(retired, timeout=60, what="the old StatefulSet is gone and the reconcile goes on")
+    assert w.k.get("StatefulSet", w.ns, "totals-driver") is None
+    assert w.reasons().count("Draining") == 1
+    w.k.calls.clear()
+    reconcile_query(restarted, w.current())
+    assert not [c for c in w.k.calls if "statefulsets" in c[1]]  # checked once per process
 
 
 def test_standbys_on_a_read_write_once_pod_volume_are_refused(world: World) -> None:

@@ -78,8 +78,11 @@ def refresh_drivers(env: Env, namespace: str, query: str, lease: dict[str, Any] 
         takeover = election.takeover_to_announce(record, previous)
         suspended = bool((body.get("spec") or {}).get("suspend"))
         ready = not suspended and election.active_driver_ready(record, pods)
+        # the API server stores no nulls (a merge patch deletes the key): compare without them,
+        # but send them, so that a driver that is gone is removed from the stored status
+        unchanged = {k: v for k, v in drivers.items() if v is not None} == previous
         try:
-            written = refresh_readiness(env, body, ready, {"drivers": drivers})
+            written = refresh_readiness(env, body, ready, {} if unchanged else {"drivers": drivers})
         except KubeError as exc:
             if exc.status != 409:
                 raise

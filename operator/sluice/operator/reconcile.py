@@ -41,7 +41,7 @@ from sluice.core.status import (
 )
 from sluice.crd.querycluster import QueryClusterSpec
 from sluice.crd.streamingquery import StreamingQuerySpec
-from sluice.operator import builders, driverlease
+from sluice.operator import builders, driverlease, legacy
 from sluice.operator.builders.context import QueryContext
 from sluice.operator.builders.storage import owner_patch
 from sluice.operator.kafka_admin import KafkaUnavailable, TopicAdmin, admin_config, sink_topic_settings
@@ -85,6 +85,8 @@ class Env:
     metrics: OperatorMetrics = field(default_factory=metrics)
     kafka_timeout: float = 10.0
     _admins: dict[str, TopicAdmin] = field(default_factory=dict)
+    #: queries (uid) checked for a driver StatefulSet of an earlier operator version
+    _legacy_checked: set[str] = field(default_factory=set)
 
     def compile(self, spec: Any) -> Plan:
         from sluice.core.compiler import compile_query
@@ -419,6 +421,14 @@ def _classify(run: QueryRun, ctx: QueryContext, spec: StreamingQuerySpec, cluste
 def _converge(run: QueryRun, ctx: QueryContext, plan_hash: str, config_map: str, fresh: bool = False) -> bool:
     """Create-or-converge every workload object; returns whether the active driver is ready."""
     kube = run.env.kube
+    if not fresh and ctx.uid not in run.env._legacy_checked:  # once per query and operator process
+        retired = legacy.retire_driver_statefulset(kube, ctx.namespace, ctx.names.driver)
+        if retired == "deleted":
+            run.event("Normal", EventReason.DRAINING,
+                      f"stopping the driver StatefulSet {ctx.names.driver} of an earlier operator version")
+        if retired != "gone":
+            raise Retry(f"waiting for the old driver StatefulSet {ctx.names.driver} to go", 5)
+        run.env._legacy_checked.add(ctx.uid)
     lease: dict[str, Any] | None = None
     for obj in builders.workload_objects(ctx, plan_hash, config_map):
         existing, outcome = kube.ensure(obj, probe_first=not fresh)
