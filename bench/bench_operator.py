@@ -235,11 +235,13 @@ def main() -> int:
             operator_calls = kube_mod.CALLS.total - calls_before
             stop.set()
             thread.join(timeout=60)
-            statefulsets = len(kube.list("StatefulSet", ns))
+            deployments = len(kube.list("Deployment", ns))
+            leases = len(kube.list("Lease", ns, "sluice.dev/query"))
             result = {
                 "queries": opts.count,
                 "reconciled": done,
-                "statefulsets": statefulsets,
+                "deployments": deployments,
+                "driver_leases": leases,
                 "baseline_create_seconds": round(baseline, 2),
                 "reconcile_seconds": round(reconcile, 2),
                 "reconcile_per_query_ms": round(reconcile / max(done, 1) * 1000, 1),

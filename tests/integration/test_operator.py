@@ -25,8 +25,8 @@ T = TypeVar("T")
 
 SQL = "SELECT customer, count(*) AS orders, sum(amount) AS total FROM orders GROUP BY customer"
 SQL_BY_ORDER = "SELECT order_id, count(*) AS orders, sum(amount) AS total FROM orders GROUP BY order_id"
-WORKLOAD_KINDS = ("ConfigMap", "StatefulSet", "PersistentVolumeClaim", "Service", "ServiceAccount", "Role",
-                  "RoleBinding", "PodDisruptionBudget")
+WORKLOAD_KINDS = ("ConfigMap", "Deployment", "PersistentVolumeClaim", "Service", "ServiceAccount", "Role",
+                  "RoleBinding", "PodDisruptionBudget", "Lease")
 
 
 def eventually(check: Callable[[], T | None], *, timeout: float = 30.0, what: str) -> T:
@@ -166,14 +166,14 @@ def test_lifecycle_create_edit_suspend_resume(k: Kube, namespace: str, kafka: st
     assert qc == "Ready"
 
     # a transparent edit (trigger) is applied in place: new pinned plan, driver template rolled
-    sts_before = k.get("StatefulSet", ns, "totals-driver")
+    dep_before = k.get("Deployment", ns, "totals-driver")
     gen = edit(k, ns, "totals", {"trigger": {"processingTime": "10 seconds"}})
     st = eventually(settled(k, ns, "totals", gen), timeout=30, what="the trigger edit")
     assert st["lastUpgrade"]["category"] == "transparent" and st["lastUpgrade"]["outcome"] == "Applied"
     assert st["plan"]["version"] == 1
-    sts = k.get("StatefulSet", ns, "totals-driver")
-    assert sts["spec"]["template"] != sts_before["spec"]["template"]
-    plan_volume = next(v for v in sts["spec"]["template"]["spec"]["volumes"] if v["name"] == "plan")
+    dep = k.get("Deployment", ns, "totals-driver")
+    assert dep["spec"]["template"] != dep_before["spec"]["template"]
+    plan_volume = next(v for v in dep["spec"]["template"]["spec"]["volumes"] if v["name"] == "plan")
     assert plan_volume["configMap"]["name"] == st["plan"]["configMap"]
 
     # a group-by edit needs a replace: recorded as pending, the workload is untouched
@@ -182,14 +182,14 @@ def test_lifecycle_create_edit_suspend_resume(k: Kube, namespace: str, kafka: st
     assert st["phase"] == "UpgradePending"
     assert st["rollout"]["step"] == "AwaitingUpgrade" and st["rollout"]["decision"] == "replace"
     assert st["lastUpgrade"]["outcome"] == "Pending"
-    assert k.get("StatefulSet", ns, "totals-driver")["metadata"]["resourceVersion"] == \
-        sts["metadata"]["resourceVersion"]
+    assert k.get("Deployment", ns, "totals-driver")["metadata"]["resourceVersion"] == \
+        dep["metadata"]["resourceVersion"]
 
     # a QueryCluster change (image) reaches the driver through the cluster's fan-out
     sq_gen = int(k.get("StreamingQuery", ns, "totals")["metadata"]["generation"])
     k.patch("QueryCluster", ns, "default", {"spec": {"image": "registry.example/sluice-runtime:9"}})
     def driver_image() -> str:
-        pod = k.get("StatefulSet", ns, "totals-driver")["spec"]["template"]["spec"]
+        pod = k.get("Deployment", ns, "totals-driver")["spec"]["template"]["spec"]
         return str(pod["containers"][0]["image"])
 
     eventually(lambda: driver_image() == "registry.example/sluice-runtime:9", timeout=30,
@@ -201,12 +201,12 @@ def test_lifecycle_create_edit_suspend_resume(k: Kube, namespace: str, kafka: st
     gen = edit(k, ns, "totals", {"sql": SQL, "suspend": True})
     st = eventually(settled(k, ns, "totals", gen), timeout=30, what="suspend")
     assert st["phase"] == "Suspended"
-    assert k.get("StatefulSet", ns, "totals-driver")["spec"]["replicas"] == 0
+    assert k.get("Deployment", ns, "totals-driver")["spec"]["replicas"] == 0
     assert k.get("PersistentVolumeClaim", ns, "totals-state") is not None
     gen = edit(k, ns, "totals", {"suspend": False})
     st = eventually(settled(k, ns, "totals", gen), timeout=30, what="resume")
     assert st["phase"] == "Starting"
-    assert k.get("StatefulSet", ns, "totals-driver")["spec"]["replicas"] == 1
+    assert k.get("Deployment", ns, "totals-driver")["spec"]["replicas"] == 1
 
 
 def test_delete_with_each_policy(k: Kube, namespace: str, kafka: str, operator: OperatorThread) -> None:
@@ -229,7 +229,7 @@ def test_delete_with_each_policy(k: Kube, namespace: str, kafka: str, operator: 
                or k.get("PersistentVolumeClaim", ns, "drop-state")["metadata"].get("deletionTimestamp"),
                what="the Delete policy removed the claim")
     # garbage collection removes the owned objects of both
-    eventually(lambda: not k.list("StatefulSet", ns) and not k.list("ConfigMap", ns, "sluice.dev/query"),
+    eventually(lambda: not k.list("Deployment", ns) and not k.list("ConfigMap", ns, "sluice.dev/query"),
                timeout=60, what="garbage collection of owned objects")
 
 
@@ -246,7 +246,7 @@ def test_invalid_sql_and_missing_cluster(k: Kube, namespace: str, kafka: str,
     assert err["line"] == 2 and err["column"] is not None
     assert condition(st, "Degraded")["reason"] == "CompileFailed"
     assert "line 2" in condition(st, "Degraded")["message"]
-    assert k.list("StatefulSet", ns, "sluice.dev/query=bad") == []
+    assert k.list("Deployment", ns, "sluice.dev/query=bad") == []
     assert k.list("ConfigMap", ns, "sluice.dev/query=bad") == []
 
     st = eventually(lambda: condition(status(k, ns, "orphan"), "Degraded").get("reason") == "ClusterNotFound"
@@ -269,11 +269,11 @@ def test_restart_mid_reconcile_and_conflicts(kube: Any, k: Kube, namespace: str,
     ns = namespace
     k.create(cluster(ns, kafka))
     # the first operator "dies" right before creating the driver: status already says Deploying,
-    # the plan ConfigMap and some objects exist, the StatefulSet does not
+    # the plan ConfigMap and some objects exist, the driver Deployment does not
     real_ensure = Kube.ensure
 
     def crashing_ensure(self: Kube, obj: dict[str, Any], probe_first: bool = False) -> Any:
-        if obj["kind"] == "StatefulSet":
+        if obj["kind"] == "Deployment":
             raise RuntimeError("simulated operator crash")
         return real_ensure(self, obj, probe_first)
 
@@ -288,7 +288,7 @@ def test_restart_mid_reconcile_and_conflicts(kube: Any, k: Kube, namespace: str,
                         and k.list("PersistentVolumeClaim", ns, f"sluice.dev/query={n}") and status(k, ns, n),
                         what=f"{name} is mid-reconcile")
         assert "plan" not in st
-        assert k.list("StatefulSet", ns, f"sluice.dev/query={name}") == []
+        assert k.list("Deployment", ns, f"sluice.dev/query={name}") == []
     op.shutdown()
     monkeypatch.setattr(Kube, "ensure", real_ensure)
 
@@ -340,3 +340,110 @@ def test_kubectl_explain_and_printer_columns(kube: Any, namespace: str, crds: No
     out = subprocess.run([kubectl, "get", "sq", "-n", namespace], env=kube.env(), capture_output=True,
                          text=True)
     assert out.returncode == 0
+
+
+def driver_pod(ns: str, name: str, query_name: str = "totals") -> dict[str, Any]:
+    """A driver pod as the runtime would run it (no kubelet here: its status is patched by the test)."""
+    return {"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "namespace": ns, "labels": {
+                "sluice.dev/query": query_name, "app.kubernetes.io/component": "driver"}},
+            "spec": {"containers": [{"name": "driver", "image": "sluice-runtime:test"}],
+                     "automountServiceAccountToken": False}}
+
+
+def mark_ready(k: Kube, ns: str, pod: str) -> None:
+    conditions = [{"type": t, "status": "True"} for t in ("Ready", "ContainersReady")]
+    k.patch("Pod", ns, pod, {"status": {"phase": "Running", "conditions": conditions}}, sub="status")
+
+
+def events(k: Kube, ns: str, reason: str, name: str = "totals") -> list[dict[str, Any]]:
+    return [e for e in k.list("Event", ns) if e.get("reason") == reason
+            and e["involvedObject"].get("kind") == "StreamingQuery" and e["involvedObject"]["name"] == name]
+
+
+def test_standby_drivers_on_a_lease(k: Kube, namespace: str, kafka: str, operator: OperatorThread) -> None:
+    from sluice.core import election
+
+    ns = namespace
+    k.create(cluster(ns, kafka))
+    obj = k.create(query(ns, "totals", f"sb-{uuid.uuid4().hex[:6]}", standbyReplicas=1))
+    eventually(settled(k, ns, "totals", 1), timeout=60, what="the query is reconciled")
+    assert k.get("Deployment", ns, "totals-driver")["spec"]["replicas"] == 2  # active + 1 standby
+
+    # the Lease: created by the operator, owned by the query, no holder
+    lease = k.get("Lease", ns, "totals-driver")
+    assert lease is not None
+    assert [o["uid"] for o in lease["metadata"]["ownerReferences"]] == [obj["metadata"]["uid"]]
+    assert lease["spec"]["leaseDurationSeconds"] == 10 and not lease["spec"].get("holderIdentity")
+
+    # standby count changes down and up
+    gen = edit(k, ns, "totals", {"standbyReplicas": 0})
+    eventually(settled(k, ns, "totals", gen), timeout=30, what="standbys 0")
+    assert k.get("Deployment", ns, "totals-driver")["spec"]["replicas"] == 1
+    gen = edit(k, ns, "totals", {"standbyReplicas": 2})
+    eventually(settled(k, ns, "totals", gen), timeout=30, what="standbys 2")
+    assert k.get("Deployment", ns, "totals-driver")["spec"]["replicas"] == 3
+
+    # a standby took over after the active driver died, as the runtime records it on the Lease
+    for pod in ("fake-a", "fake-b"):
+        eventually(lambda p=pod: k.create(driver_pod(ns, p)), what=f"pod {pod} created")
+    mark_ready(k, ns, "fake-b")
+    takeover = election.Takeover(time="2026-03-01T10:00:00Z", from_pod="fake-a", to_pod="fake-b",
+                                 reason=election.Why.HOLDER_DEAD, epoch=1, gap_seconds=1.5)
+    k.patch("Lease", ns, "totals-driver", {
+        "metadata": {"annotations": {election.LAST_TAKEOVER: takeover.to_json()}},
+        "spec": {"holderIdentity": "fake-b/1", "leaseTransitions": 1,
+                 "renewTime": "2026-03-01T10:00:00.000000Z"}})
+    st = eventually(lambda: status(k, ns, "totals").get("drivers", {}).get("lastFailover")
+                    and status(k, ns, "totals"), timeout=30, what="status.drivers reports the fail-over")
+    drivers = st["drivers"]
+    assert drivers["active"] == "fake-b"
+    assert "fake-a" in drivers["standbys"] and "fake-b" not in drivers["standbys"]
+    assert drivers["lastFailover"] == {"time": "2026-03-01T10:00:00Z", "from": "fake-a", "to": "fake-b",
+                                       "reason": "FailedOver", "gapSeconds": 1.5}
+    eventually(lambda: status(k, ns, "totals").get("ready") is True, timeout=30,
+               what="Ready follows the active driver")
+    assert status(k, ns, "totals")["phase"] == "Running"
+    # renewals change nothing: exactly one event
+    for i in range(3):
+        k.patch("Lease", ns, "totals-driver", {"spec": {"renewTime": f"2026-03-01T10:00:0{i + 2}.000000Z"}})
+    eventually(lambda: len(events(k, ns, "FailedOver")) == 1, timeout=30, what="the FailedOver event")
+    time.sleep(2)
+    [event] = events(k, ns, "FailedOver")
+    assert "fake-a" in event["message"] and "fake-b" in event["message"] and "1.50s" in event["message"]
+    assert event.get("count", 1) == 1
+    assert events(k, ns, "HandedOff") == []
+
+    # a user asks for a hand-off through the query's annotation: forwarded to the Lease
+    k.patch("StreamingQuery", ns, "totals", {"metadata": {"annotations": {election.QUERY_HANDOFF: "h-1"}}})
+
+    def forwarded() -> election.HandoffRequest | None:
+        lease = k.get("Lease", ns, "totals-driver") or {}
+        text = (lease.get("metadata", {}).get("annotations") or {}).get(election.HANDOFF_REQUEST)
+        return election.HandoffRequest.from_json(text)
+
+    request = eventually(forwarded, timeout=30, what="the hand-off request reaches the Lease")
+    assert request == election.HandoffRequest(id="h-1", to="")
+    lease = k.get("Lease", ns, "totals-driver")
+    assert lease["spec"]["holderIdentity"] == "fake-b/1"  # the operator never touches the holder
+
+
+def test_standbys_on_a_one_pod_volume_are_refused(k: Kube, namespace: str, kafka: str,
+                                                  operator: OperatorThread) -> None:
+    ns = namespace
+    qc = cluster(ns, kafka)
+    qc["spec"]["storage"] = {"accessMode": "ReadWriteOncePod"}
+    k.create(qc)
+    k.create(query(ns, "one-pod", f"op-{uuid.uuid4().hex[:6]}", standbyReplicas=1))
+    st = eventually(lambda: status(k, ns, "one-pod").get("phase") == "Degraded" and status(k, ns, "one-pod"),
+                    what="the layout is refused")
+    degraded = condition(st, "Degraded")
+    assert degraded["reason"] == "InvalidSpec"
+    assert degraded["message"].startswith("spec.standbyReplicas: 1 standby driver needs a volume")
+    for kind in WORKLOAD_KINDS:
+        assert k.list(kind, ns, "sluice.dev/query=one-pod") == [], kind
+    # the API server refuses what the schema forbids, naming the field
+    for bad in (-1, 100):
+        with pytest.raises(Exception) as info:
+            k.create(query(ns, f"bad{bad % 7}", "x", standbyReplicas=bad))
+        assert "spec.standbyReplicas" in str(info.value)

@@ -20,6 +20,7 @@ from typing import Any, TypeVar
 
 import pytest
 from prometheus_client import CollectorRegistry
+from sluice.core import election
 from sluice.operator.kube import SPEC_HASH, Kube, KubeError
 from sluice.operator.leader import LeaderElector
 from sluice.operator.metrics import OperatorMetrics
@@ -33,7 +34,7 @@ T = TypeVar("T")
 SQL = """SELECT customer, count(*) AS orders, sum(amount) AS total
 FROM orders GROUP BY customer"""
 WORKLOAD_KINDS = ("ConfigMap", "PersistentVolumeClaim", "ServiceAccount", "Role", "RoleBinding", "Service",
-                  "PodDisruptionBudget", "StatefulSet")
+                  "PodDisruptionBudget", "Lease", "Deployment")
 WRITES = ("POST", "PUT", "PATCH", "DELETE")
 
 
@@ -143,9 +144,14 @@ class World:
     def kinds(self) -> set[str]:
         return {kind for kind in WORKLOAD_KINDS if self.of_kind(kind)}
 
-    def sts(self) -> dict[str, Any]:
-        [sts] = self.of_kind("StatefulSet")
-        return sts
+    def deployment(self) -> dict[str, Any]:
+        [dep] = self.of_kind("Deployment")
+        return dep
+
+    def lease(self, name: str = "totals-driver") -> dict[str, Any]:
+        lease = self.k.get("Lease", self.ns, name)
+        assert lease is not None
+        return lease
 
     def reasons(self) -> list[str]:
         return [r for r, _ in self.events]
@@ -165,7 +171,7 @@ class World:
         self.edit_cluster(kafka={"bootstrapServers": self.kafka})
 
     def delete_after_drain(self, **kw: Any) -> None:
-        """delete_query once the StatefulSet controller has removed the (Pending) driver pods."""
+        """delete_query once the ReplicaSet controller has removed the (Pending) driver pods."""
         def attempt() -> bool:
             try:
                 delete_query(self.env, self.current(), **kw)
@@ -208,7 +214,7 @@ def test_create_pins_plan_then_builds_workload(world: World) -> None:
     phase = reconcile_query(w.env, w.current())
     assert phase == "Starting"
     assert w.kinds() == {"ConfigMap", "PersistentVolumeClaim", "ServiceAccount", "Role", "RoleBinding",
-                         "Service", "PodDisruptionBudget", "StatefulSet"}
+                         "Service", "PodDisruptionBudget", "Lease", "Deployment"}
     status = w.status()
     assert status["observedGeneration"] == 1
     assert status["plan"]["version"] == 1 and len(status["plan"]["hash"]) == 64
@@ -240,15 +246,17 @@ def test_second_reconcile_is_idempotent_and_cheap(world: World) -> None:
 def test_restart_mid_create_resumes_without_duplicates(world: World) -> None:
     w = world
     w.add_query()
-    w.k.fail_once = ("POST", "/statefulsets")  # the operator "dies" right before the driver
+    w.k.fail_once = ("POST", "/deployments")  # the operator "dies" right before the driver
     with pytest.raises(KubeError):
         reconcile_query(w.env, w.current())
     assert w.status()["rollout"]["step"] == "Deploying"
-    assert w.of_kind("StatefulSet") == [] and len(w.of_kind("ConfigMap")) == 1
+    assert w.of_kind("Deployment") == [] and len(w.of_kind("ConfigMap")) == 1
+    assert len(w.of_kind("Lease")) == 1
     reconcile_query(w.env, w.current())
     status = w.status()
     assert "rollout" not in status and status["plan"]
-    assert len(w.of_kind("StatefulSet")) == 1 and len(w.of_kind("ConfigMap")) == 1
+    assert len(w.of_kind("Deployment")) == 1 and len(w.of_kind("ConfigMap")) == 1
+    assert len(w.of_kind("Lease")) == 1
 
 
 def test_transparent_edit_is_applied_in_place(world: World) -> None:
@@ -262,7 +270,7 @@ def test_transparent_edit_is_applied_in_place(world: World) -> None:
     assert status["lastUpgrade"]["category"] == "transparent"
     assert status["lastUpgrade"]["outcome"] == "Applied"
     assert status["observedGeneration"] == 2
-    vol = next(v for v in w.sts()["spec"]["template"]["spec"]["volumes"] if v["name"] == "plan")
+    vol = next(v for v in w.deployment()["spec"]["template"]["spec"]["volumes"] if v["name"] == "plan")
     assert vol["configMap"]["name"] == status["plan"]["configMap"]
     assert len(w.of_kind("ConfigMap")) == 2  # the old plan stays pinned for rollback
     assert "UpgradeApplied" in w.reasons()
@@ -272,8 +280,8 @@ def test_group_by_edit_waits_and_leaves_workload_alone(world: World) -> None:
     w = world
     w.add_query()
     reconcile_query(w.env, w.current())
-    sts_before = w.sts()["spec"]
-    rv_before = snapshot(w)[("StatefulSet", "totals-driver")]
+    dep_before = w.deployment()["spec"]
+    rv_before = snapshot(w)[("Deployment", "totals-driver")]
     pinned = w.status()["plan"]
     sql = "SELECT order_id, count(*) AS orders, sum(amount) AS total FROM orders GROUP BY order_id"
     phase = reconcile_query(w.env, w.edit(sql=sql, sink={"topic": w.topic, "key": ["order_id"],
@@ -284,11 +292,11 @@ def test_group_by_edit_waits_and_leaves_workload_alone(world: World) -> None:
     assert status["rollout"]["step"] == "AwaitingUpgrade"
     assert status["rollout"]["decision"] == "replace" and status["rollout"]["targetPlanVersion"] == 2
     assert status["lastUpgrade"]["outcome"] == "Pending" and status["lastUpgrade"]["changes"]
-    assert w.sts()["spec"] == sts_before
-    assert snapshot(w)[("StatefulSet", "totals-driver")] == rv_before
+    assert w.deployment()["spec"] == dep_before
+    assert snapshot(w)[("Deployment", "totals-driver")] == rv_before
     # reconciling again changes nothing; reverting the edit cancels the pending upgrade
     reconcile_query(w.env, w.current())
-    assert w.sts()["spec"] == sts_before
+    assert w.deployment()["spec"] == dep_before
     reconcile_query(w.env, w.edit(sql=SQL, sink=w.query_spec()["sink"]))
     status = w.status()
     assert "rollout" not in status and status["lastUpgrade"]["outcome"] == "Cancelled"
@@ -300,10 +308,10 @@ def test_suspend_and_resume(world: World) -> None:
     w.add_query()
     reconcile_query(w.env, w.current())
     assert reconcile_query(w.env, w.edit(suspend=True)) == "Suspended"
-    assert w.sts()["spec"]["replicas"] == 0
+    assert w.deployment()["spec"]["replicas"] == 0
     assert len(w.of_kind("PersistentVolumeClaim")) == 1
     assert reconcile_query(w.env, w.edit(suspend=False)) == "Starting"
-    assert w.sts()["spec"]["replicas"] == 1
+    assert w.deployment()["spec"]["replicas"] == 1
     assert "Suspended" in w.reasons() and "Resumed" in w.reasons()
 
 
@@ -374,7 +382,7 @@ def test_delete_with_retain_keeps_claim_and_topic(world: World) -> None:
     w.add_query()
     reconcile_query(w.env, w.current())
     w.delete_after_drain(retry=0, runtime_seconds=0)
-    assert w.sts()["spec"]["replicas"] == 0
+    assert w.deployment()["spec"]["replicas"] == 0
     assert len(w.of_kind("PersistentVolumeClaim")) == 1
     assert w.topic_partitions() == {w.topic: 1}
     assert "StateRetained" in w.reasons()
@@ -417,7 +425,7 @@ def test_delete_waits_for_drain_then_gives_up(world: World, kube: Any) -> None:
     w = world
     w.add_query()
     reconcile_query(w.env, w.current())
-    # a driver pod the StatefulSet controller does not own, so it stays while draining
+    # a driver pod no ReplicaSet owns (no pod-template-hash label), so it stays while draining
     pod = {"apiVersion": "v1", "kind": "Pod",
            "metadata": {"name": "stuck-driver", "namespace": w.ns, "labels": {
                "sluice.dev/query": "totals", "app.kubernetes.io/component": "driver"}},
@@ -460,49 +468,207 @@ def test_cluster_status(world: World) -> None:
     assert qc is not None and qc["status"]["phase"] == "Degraded"
 
 
-def set_driver_pod_ready(w: World, ready: bool) -> None:
-    """There is no kubelet: report the driver pod's readiness through its status, as a kubelet would."""
-    pod = eventually(lambda: w.k.get("Pod", w.ns, "totals-driver-0"), what="the driver pod exists")
+def driver_pods(w: World, count: int) -> list[str]:
+    """Names of the driver pods the ReplicaSet controller created (Pending: there is no kubelet)."""
+    def check() -> list[str] | None:
+        pods = sorted(p["metadata"]["name"] for p in w.of_kind("Pod")
+                      if not p["metadata"].get("deletionTimestamp"))
+        return pods if len(pods) == count else None
+
+    return eventually(check, timeout=60, what=f"{count} driver pods exist")
+
+
+def set_pod_ready(w: World, pod: str, ready: bool) -> None:
+    """There is no kubelet: report a driver pod's readiness through its status, as a kubelet would."""
     conditions = [{"type": t, "status": "True" if ready else "False"} for t in ("Ready", "ContainersReady")]
-    w.k.patch("Pod", w.ns, pod["metadata"]["name"],
-              {"status": {"phase": "Running", "conditions": conditions}}, sub="status")
+    w.k.patch("Pod", w.ns, pod, {"status": {"phase": "Running", "conditions": conditions}}, sub="status")
 
 
-def sts_with_ready_replicas(w: World, count: int) -> dict[str, Any]:
-    def check() -> dict[str, Any] | None:
-        sts = w.sts()
-        status = sts.get("status") or {}
-        settled = (status.get("observedGeneration") == sts["metadata"]["generation"]
-                   and (status.get("updatedReplicas") or 0) >= 1)
-        return sts if settled and (status.get("readyReplicas") or 0) == count else None
+def hold(w: World, pod: str, takeover: election.Takeover | None = None) -> dict[str, Any]:
+    """What a driver does on the Lease when it becomes the holder."""
+    patch: dict[str, Any] = {"spec": {"holderIdentity": f"{pod}/{uuid.uuid4().hex[:6]}",
+                                      "renewTime": "2026-01-01T00:00:00.000000Z"}}
+    if takeover is not None:
+        patch["metadata"] = {"annotations": {election.LAST_TAKEOVER: takeover.to_json()}}
+        patch["spec"]["leaseTransitions"] = takeover.epoch
+    return w.k.patch("Lease", w.ns, "totals-driver", patch)
 
-    return eventually(check, timeout=60, what=f"the StatefulSet controller reports {count} ready")
+
+def test_ready_follows_the_active_driver(world: World) -> None:
+    from sluice.operator.handlers import _common, driver_lease
+
+    w = world
+    w.add_query(standbyReplicas=1)
+    reconcile_query(w.env, w.current())
+    a, b = driver_pods(w, 2)
+    _common.configure(lambda: w.env)
+    set_pod_ready(w, b, True)  # a warm standby is Ready, the Lease is not held yet
+    lease = w.lease()
+    driver_lease.handle(lease, namespace=w.ns, type="MODIFIED")
+    status = w.status()
+    assert status["ready"] is False and status["phase"] == "Starting"
+    assert status["drivers"] == {"standbys": [a, b]}  # no active driver yet
+    lease = hold(w, a)  # the holder is not ready yet
+    driver_lease.handle(lease, namespace=w.ns, type="MODIFIED")
+    assert w.status()["ready"] is False and w.status()["drivers"]["active"] == a
+    set_pod_ready(w, a, True)
+    assert reconcile_query(w.env, w.current()) == "Running"  # the reconcile reads the holder's pod too
+    status = w.status()
+    ready = next(c for c in status["conditions"] if c["type"] == "Ready")
+    assert ready["reason"] == "DriverReady"
+    renewed = w.k.patch("Lease", w.ns, "totals-driver",
+                        {"spec": {"renewTime": "2026-01-01T00:00:02.000000Z"}})
+    w.k.calls.clear()
+    driver_lease.handle(renewed, namespace=w.ns, type="MODIFIED")  # a renewal: no API call at all
+    assert w.k.calls == []
+    set_pod_ready(w, a, False)
+    assert reconcile_query(w.env, w.current()) == "Starting"  # the standby being Ready does not count
 
 
-def test_driver_readiness_updates_ready_condition(world: World) -> None:
-    from sluice.operator.handlers import _common, query_driver
+def test_standby_count_changes_up_and_down(world: World) -> None:
+    w = world
+    w.add_query(standbyReplicas=1)
+    reconcile_query(w.env, w.current())
+    assert w.deployment()["spec"]["replicas"] == 2
+    strategy = w.deployment()["spec"]["strategy"]
+    assert strategy == {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}}
+    reconcile_query(w.env, w.edit(standbyReplicas=0))
+    assert w.deployment()["spec"]["replicas"] == 1
+    w.edit_cluster(standbyReplicas=3)
+    reconcile_query(w.env, w.edit(standbyReplicas=None))  # back to the cluster's default
+    assert w.deployment()["spec"]["replicas"] == 4
+    driver_pods(w, 4)
+    assert reconcile_query(w.env, w.edit(suspend=True)) == "Suspended"
+    assert w.deployment()["spec"]["replicas"] == 0
+    assert reconcile_query(w.env, w.edit(suspend=False)) == "Starting"
+    assert w.deployment()["spec"]["replicas"] == 4
 
+
+def test_driver_lease_is_created_once_and_left_to_the_drivers(world: World) -> None:
+    w = world
+    obj = w.add_query()
+    reconcile_query(w.env, w.current())
+    lease = w.lease()
+    assert [o["uid"] for o in lease["metadata"]["ownerReferences"]] == [obj["metadata"]["uid"]]
+    assert lease["spec"] == {"leaseDurationSeconds": 10}
+    # a driver takes it and writes its annotations; converging never overwrites any of it
+    taken = w.k.patch("Lease", w.ns, "totals-driver", {
+        "metadata": {"annotations": {election.HOLDER_ADDRESS: "10.0.0.1:8080"}},
+        "spec": {"holderIdentity": "p/1", "leaseDurationSeconds": 15,
+                 "renewTime": "2026-01-01T00:00:00.000000Z"}})
+    w.edit_cluster(image="registry/sluice-runtime:2")  # the Deployment is replaced ...
+    reconcile_query(w.env, w.current())
+    after = w.lease()
+    assert after["metadata"]["resourceVersion"] == taken["metadata"]["resourceVersion"]  # ... the Lease not
+    assert after["spec"]["holderIdentity"] == "p/1" and after["spec"]["leaseDurationSeconds"] == 15
+
+
+def test_a_lease_a_driver_created_first_is_adopted(world: World) -> None:
+    w = world
+    obj = w.add_query()
+    w.k.create({"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+                "metadata": {"name": "totals-driver", "namespace": w.ns},
+                "spec": {"holderIdentity": "early/1", "leaseDurationSeconds": 10}})
+    reconcile_query(w.env, w.current())
+    lease = w.lease()
+    assert [o["uid"] for o in lease["metadata"]["ownerReferences"]] == [obj["metadata"]["uid"]]
+    assert lease["metadata"]["labels"]["sluice.dev/query"] == "totals"
+    assert lease["spec"]["holderIdentity"] == "early/1"
+
+
+def test_a_takeover_is_reported_once(world: World) -> None:
+    from sluice.operator.drivers import refresh_drivers
+
+    w = world
+    w.add_query(standbyReplicas=1)
+    reconcile_query(w.env, w.current())
+    a, b = driver_pods(w, 2)
+    set_pod_ready(w, b, True)
+    hold(w, a, election.Takeover(time="2026-01-01T00:00:00Z", from_pod="", to_pod=a, reason="new", epoch=0))
+    refresh_drivers(w.env, w.ns, "totals")
+    assert "lastFailover" not in w.status()["drivers"]  # the first holder replaced nobody
+    took = election.Takeover(time="2026-01-01T00:00:30Z", from_pod=a, to_pod=b, reason="holder-dead",
+                             epoch=1, gap_seconds=2.5)
+    hold(w, b, took)
+    for _ in range(3):  # the Lease and the Deployment watches may both report it
+        refresh_drivers(w.env, w.ns, "totals")
+    drivers = w.status()["drivers"]
+    assert drivers["active"] == b and drivers["standbys"] == [a]
+    assert drivers["lastFailover"] == {"time": "2026-01-01T00:00:30Z", "from": a, "to": b,
+                                       "reason": "FailedOver", "gapSeconds": 2.5}
+    assert [r for r in w.reasons() if r in ("FailedOver", "HandedOff")] == ["FailedOver"]
+    assert w.status()["ready"] is True
+    assert w.env.metrics.registry.get_sample_value("sluice_operator_failovers_total",
+                                                   {"kind": "FailedOver"}) == 1
+    # a hand-off later is the next announcement
+    hold(w, a, election.Takeover(time="2026-01-01T00:01:00Z", from_pod=b, to_pod=a, reason="released",
+                                 epoch=2, gap_seconds=0.3))
+    refresh_drivers(w.env, w.ns, "totals")
+    assert [r for r in w.reasons() if r in ("FailedOver", "HandedOff")] == ["FailedOver", "HandedOff"]
+    assert w.status()["drivers"]["lastFailover"]["reason"] == "HandedOff"
+
+
+def test_handoff_annotation_is_forwarded_to_the_lease(world: World) -> None:
     w = world
     w.add_query()
     reconcile_query(w.env, w.current())
-    _common.configure(lambda: w.env)
-    set_driver_pod_ready(w, True)
-    sts = sts_with_ready_replicas(w, 1)
-    query_driver.handle(sts, namespace=w.ns, type="MODIFIED")
-    status = w.status()
-    assert status["ready"] is True and status["phase"] == "Running"
-    ready = next(c for c in status["conditions"] if c["type"] == "Ready")
-    assert ready["reason"] == "DriverReady"
+    hold(w, "p")
+    w.k.patch("StreamingQuery", w.ns, "totals", {"metadata": {"annotations": {election.QUERY_HANDOFF: "r1"}}})
+    reconcile_query(w.env, w.current())
+    annotations = w.lease()["metadata"]["annotations"]
+    assert election.HandoffRequest.from_json(annotations[election.HANDOFF_REQUEST]) == \
+        election.HandoffRequest(id="r1", to="")
     w.k.calls.clear()
-    query_driver.handle(sts, namespace=w.ns, type="MODIFIED")  # unchanged: no API call at all
-    assert w.k.calls == []
-    set_driver_pod_ready(w, False)
-    query_driver.handle(sts_with_ready_replicas(w, 0), namespace=w.ns, type="MODIFIED")
-    assert w.status()["phase"] == "Starting"
-    # a steady reconcile keeps reporting what the StatefulSet says
-    set_driver_pod_ready(w, True)
-    sts_with_ready_replicas(w, 1)
-    assert reconcile_query(w.env, w.current()) == "Running"
+    reconcile_query(w.env, w.current())  # already forwarded: nothing written
+    assert not w.k.writes()
+
+
+def test_a_driver_statefulset_of_an_earlier_version_goes_before_the_deployment_acts(world: World) -> None:
+    w = world
+    w.add_query()
+    reconcile_query(w.env, w.current())
+    reconcile_query(w.env, w.current())  # the first steady reconcile of this process checks once
+    labels = {"sluice.dev/query": "totals", "app.kubernetes.io/component": "driver"}
+    w.k.create({"apiVersion": "apps/v1", "kind": "StatefulSet",
+                "metadata": {"name": "totals-driver", "namespace": w.ns, "labels": labels},
+                "spec": {"replicas": 1, "serviceName": "totals-metrics", "selector": {"matchLabels": labels},
+                         "template": {"metadata": {"labels": labels}, "spec": {
+                             "containers": [{"name": "driver", "image": "sluice-runtime:old"}]}}}})
+    assert reconcile_query(w.env, w.current()) == "Starting"  # this process checked the query already
+    restarted = Env(kube=w.k, events=w.env.events, clock=w.env.clock, metrics=w.env.metrics,
+                    kafka_timeout=3.0)  # a new operator version starts
+    with pytest.raises(Retry):
+        reconcile_query(restarted, w.current())
+    assert w.reasons().count("Draining") == 1
+
+    def retired() -> bool:
+        try:
+            return reconcile_query(restarted, w.current()) == "Starting"
+        except Retry:
+            return False
+
+    eventually(retired, timeout=60, what="the old StatefulSet is gone and the reconcile goes on")
+    assert w.k.get("StatefulSet", w.ns, "totals-driver") is None
+    assert w.reasons().count("Draining") == 1
+    w.k.calls.clear()
+    reconcile_query(restarted, w.current())
+    assert not [c for c in w.k.calls if "statefulsets" in c[1]]  # checked once per process
+
+
+def test_standbys_on_a_read_write_once_pod_volume_are_refused(world: World) -> None:
+    w = world
+    w.edit_cluster(storage={"accessMode": "ReadWriteOncePod"}, standbyReplicas=1)
+    w.add_query()
+    with pytest.raises(Stop) as info:
+        reconcile_query(w.env, w.current())
+    assert str(info.value).startswith("spec.standbyReplicas (QueryCluster 'default' default): 1 standby")
+    degraded = next(c for c in w.status()["conditions"] if c["type"] == "Degraded")
+    assert degraded["reason"] == "InvalidSpec" and "ReadWriteOncePod" in degraded["message"]
+    assert w.kinds() == set() and w.topic_partitions() == {}
+    assert w.reasons() == ["InvalidSpec"]
+    # no standby for this query: one pod at a time, replaced by Recreate
+    assert reconcile_query(w.env, w.edit(standbyReplicas=0)) == "Starting"
+    assert w.deployment()["spec"]["strategy"] == {"type": "Recreate"}
 
 
 def test_service_id_is_pinned_at_creation(world: World) -> None:
@@ -513,7 +679,7 @@ def test_service_id_is_pinned_at_creation(world: World) -> None:
     checkpoint = w.status()["identity"]["checkpointPath"]
     w.edit_cluster(serviceId="renamed")
     reconcile_query(w.env, w.current())
-    container = w.sts()["spec"]["template"]["spec"]["containers"][0]
+    container = w.deployment()["spec"]["template"]["spec"]["containers"][0]
     env_vars = {e["name"]: e.get("value") for e in container["env"]}
     assert env_vars["SLUICE_CHECKPOINT"] == checkpoint
     assert w.status()["identity"]["serviceId"] == "shop"
@@ -525,7 +691,7 @@ def test_cluster_changes_reach_the_driver(world: World) -> None:
     reconcile_query(w.env, w.current())
     w.edit_cluster(image="registry/sluice-runtime:2")
     reconcile_query(w.env, w.current())
-    assert w.sts()["spec"]["template"]["spec"]["containers"][0]["image"] == "registry/sluice-runtime:2"
+    assert w.deployment()["spec"]["template"]["spec"]["containers"][0]["image"] == "registry/sluice-runtime:2"
 
 
 def test_cluster_change_pokes_its_queries_once(world: World) -> None:

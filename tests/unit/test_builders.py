@@ -68,8 +68,8 @@ def test_state_claim_uses_cluster_storage() -> None:
 
 def test_driver_runs_the_runtime_on_the_pinned_plan() -> None:
     ctx = context()
-    sts = builders.driver_statefulset(ctx, H, "totals-plan-abababababab")
-    assert sts["kind"] == "StatefulSet" and sts["spec"]["replicas"] == 1
+    sts = builders.driver_deployment(ctx, H, "totals-plan-abababababab")
+    assert sts["kind"] == "Deployment" and sts["spec"]["replicas"] == 1
     pod = sts["spec"]["template"]["spec"]
     c = pod["containers"][0]
     assert c["command"] == ["sluice-runtime", "run"]
@@ -97,7 +97,7 @@ def test_driver_runs_the_runtime_on_the_pinned_plan() -> None:
 
 def test_driver_probes_and_drain() -> None:
     ctx = context(cluster=cluster_spec(drainSeconds=200))
-    sts = builders.driver_statefulset(ctx, H, "cm")
+    sts = builders.driver_deployment(ctx, H, "cm")
     c = sts["spec"]["template"]["spec"]["containers"][0]
     assert c["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "http"}
     assert c["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "http"}
@@ -107,7 +107,7 @@ def test_driver_probes_and_drain() -> None:
 
 
 def test_driver_security_context_is_restricted() -> None:
-    sts = builders.driver_statefulset(context(), H, "cm")
+    sts = builders.driver_deployment(context(), H, "cm")
     pod = sts["spec"]["template"]["spec"]
     sc = pod["containers"][0]["securityContext"]
     assert sc["runAsNonRoot"] is True
@@ -119,30 +119,31 @@ def test_driver_security_context_is_restricted() -> None:
     mounts = {m["mountPath"] for m in pod["containers"][0]["volumeMounts"]}
     assert "/tmp" in mounts and "/var/lib/sluice/spark-local" in mounts
     assert {v["name"] for v in pod["volumes"] if "emptyDir" in v} == {"tmp", "spark-local"}
-    assert pod["automountServiceAccountToken"] is False  # local mode needs no API access
+    assert pod["automountServiceAccountToken"] is True  # the runtime's Lease client needs the token
 
 
 def test_suspend_scales_to_zero_and_nonce_rolls() -> None:
-    suspended = builders.driver_statefulset(context(spec=query_spec(suspend=True)), H, "cm")
+    suspended = builders.driver_deployment(context(spec=query_spec(suspend=True)), H, "cm")
     assert suspended["spec"]["replicas"] == 0
-    a = builders.driver_statefulset(context(spec=query_spec(restartNonce="1")), H, "cm")
-    b = builders.driver_statefulset(context(spec=query_spec(restartNonce="2")), H, "cm")
+    a = builders.driver_deployment(context(spec=query_spec(restartNonce="1")), H, "cm")
+    b = builders.driver_deployment(context(spec=query_spec(restartNonce="2")), H, "cm")
     assert a["spec"]["template"] != b["spec"]["template"]
     assert a["spec"]["selector"] == b["spec"]["selector"]
 
 
 def test_plan_change_changes_the_pod_template_only() -> None:
-    a = builders.driver_statefulset(context(), H, "cm-a")
-    b = builders.driver_statefulset(context(), "cd" * 32, "cm-b")
+    a = builders.driver_deployment(context(), H, "cm-a")
+    b = builders.driver_deployment(context(), "cd" * 32, "cm-b")
     assert a["spec"]["template"] != b["spec"]["template"]
-    for key in ("selector", "serviceName", "podManagementPolicy"):  # immutable fields
-        assert a["spec"][key] == b["spec"][key]
+    assert a["spec"]["selector"] == b["spec"]["selector"]  # immutable
+    assert {k: v for k, v in a["spec"].items() if k != "template"} == \
+        {k: v for k, v in b["spec"].items() if k != "template"}
 
 
 def test_executors_use_spark_kubernetes_scheduler() -> None:
     ctx = context(cluster=cluster_spec(executors=3, image="reg/sluice-runtime:9",
                                        sparkConf={"spark.foo": "bar"}))
-    sts = builders.driver_statefulset(ctx, H, "cm")
+    sts = builders.driver_deployment(ctx, H, "cm")
     env = env_of(sts)
     # the API server the pod runs under, from the variables the kubelet injects into every pod
     assert env["SLUICE_MASTER"] == "k8s://https://$(KUBERNETES_SERVICE_HOST):$(KUBERNETES_SERVICE_PORT)"
@@ -168,7 +169,7 @@ def test_query_overrides_cluster_resources() -> None:
     ctx = context(spec=query_spec(resources={"executors": 0, "driver": {"limits": {"cpu": "2"}}}),
                   cluster=cluster_spec(executors=4))
     assert ctx.executors == 0
-    c = builders.driver_statefulset(ctx, H, "cm")["spec"]["template"]["spec"]["containers"][0]
+    c = builders.driver_deployment(ctx, H, "cm")["spec"]["template"]["spec"]["containers"][0]
     assert c["resources"]["limits"] == {"cpu": "2", "memory": "2Gi"}
     assert "spark.executor.instances" not in spark_conf(ctx)
 
@@ -180,38 +181,42 @@ def test_kafka_credentials_come_from_secrets() -> None:
                  "passwordSecret": {"name": "kafka", "key": "pass"}},
         "tls": {"caSecret": {"name": "ca", "key": "ca.crt"}},
     }))
-    env = env_of(builders.driver_statefulset(ctx, H, "cm"))
+    env = env_of(builders.driver_deployment(ctx, H, "cm"))
     assert env["SLUICE_KAFKA_SASL_PASSWORD"] == {"secretKeyRef": {"name": "kafka", "key": "pass"}}
     assert env["SLUICE_KAFKA_TLS_CA"] == {"secretKeyRef": {"name": "ca", "key": "ca.crt"}}
     assert "pass" not in json.dumps([e.get("value") for e in
-                                     builders.driver_statefulset(ctx, H, "cm")["spec"]["template"]["spec"]
+                                     builders.driver_deployment(ctx, H, "cm")["spec"]["template"]["spec"]
                                      ["containers"][0]["env"]])
 
 
 def test_service_is_headless_and_selects_the_driver() -> None:
     ctx = context()
     svc = builders.metrics_service(ctx)
-    sts = builders.driver_statefulset(ctx, H, "cm")
+    sts = builders.driver_deployment(ctx, H, "cm")
     assert svc["spec"]["clusterIP"] == "None"
     assert svc["spec"]["selector"] == sts["spec"]["selector"]["matchLabels"]
     tmpl_labels = sts["spec"]["template"]["metadata"]["labels"]
     assert all(tmpl_labels[k] == v for k, v in svc["spec"]["selector"].items())
-    assert sts["spec"]["serviceName"] == svc["metadata"]["name"]
     assert {p["name"] for p in svc["spec"]["ports"]} == {"http", "driver-rpc", "blockmanager"}
 
 
-def test_rbac_allows_only_what_executors_need() -> None:
+def test_rbac_allows_only_what_the_lease_and_executors_need() -> None:
     ctx = context()
     role = builders.role(ctx)
-    resources = {r for rule in role["rules"] for r in rule["resources"]}
-    assert resources == {"pods", "services", "configmaps", "persistentvolumeclaims"}
-    assert all(rule["apiGroups"] == [""] for rule in role["rules"])
+    resources = {(g, r) for rule in role["rules"] for g in rule["apiGroups"] for r in rule["resources"]}
+    assert resources == {("", "pods"), ("", "services"), ("", "configmaps"), ("", "persistentvolumeclaims"),
+                         ("coordination.k8s.io", "leases")}
+    lease_rule = next(r for r in role["rules"] if r["resources"] == ["leases"])
+    assert set(lease_rule["verbs"]) == {"get", "list", "watch", "create", "update", "patch"}
+    pod_rule = next(r for r in role["rules"] if r["resources"] == ["pods"])
+    assert {"get", "patch"} <= set(pod_rule["verbs"])  # the runtime labels its own pod with its role
+    assert "delete" not in lease_rule["verbs"]
     verbs = {v for rule in role["rules"] for v in rule["verbs"]}
     assert "*" not in verbs and "escalate" not in verbs and "bind" not in verbs
     binding = builders.role_binding(ctx)
     assert binding["roleRef"]["name"] == role["metadata"]["name"]
     assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "totals-spark", "namespace": "shop"}]
-    sts = builders.driver_statefulset(ctx, H, "cm")
+    sts = builders.driver_deployment(ctx, H, "cm")
     assert sts["spec"]["template"]["spec"]["serviceAccountName"] == "totals-spark"
     assert role["rules"] is not EXECUTOR_RULES
 

@@ -77,7 +77,7 @@ def test_names_subresources_and_printer_columns() -> None:
     columns = {c["name"]: c["jsonPath"] for c in version["additionalPrinterColumns"]}
     assert columns == {
         "Phase": ".status.phase", "Plan": ".status.plan.hash", "Upgrade": ".status.lastUpgrade.decision",
-        "Ready": ".status.ready", "Age": ".metadata.creationTimestamp",
+        "Ready": ".status.ready", "Active": ".status.drivers.active", "Age": ".metadata.creationTimestamp",
     }
 
 

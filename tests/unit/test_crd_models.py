@@ -99,3 +99,25 @@ def test_resources_merge() -> None:
     qc = QueryClusterSpec.model_validate(cluster_spec())
     merged = qc.driver.merged(spec.resources.driver if spec.resources else None)
     assert merged.as_k8s() == {"requests": {"cpu": "500m", "memory": "1Gi"}, "limits": {"memory": "4Gi"}}
+
+
+@pytest.mark.parametrize("value", [-1, 100])
+def test_standby_replicas_out_of_range_is_refused_naming_the_field(value: int) -> None:
+    from sluice.core.manifest import validation_problems
+
+    with pytest.raises(ValidationError) as info:
+        StreamingQuerySpec.model_validate(query_spec(standbyReplicas=value))
+    assert [p.field for p in validation_problems(info.value, "spec")] == ["spec.standbyReplicas"]
+    with pytest.raises(ValidationError) as info:
+        QueryClusterSpec.model_validate(cluster_spec(standbyReplicas=value))
+    assert [p.field for p in validation_problems(info.value, "spec")] == ["spec.standbyReplicas"]
+
+
+def test_standby_replicas_schema_bounds_and_override() -> None:
+    from sluice.crd.generate import openapi_schema
+
+    for model in (StreamingQuerySpec, QueryClusterSpec):
+        prop = openapi_schema(model)["properties"]["standbyReplicas"]
+        assert (prop["minimum"], prop["maximum"], prop["type"]) == (0, 3, "integer")
+    assert StreamingQuerySpec.model_validate(query_spec()).standby_replicas is None  # cluster default
+    assert StreamingQuerySpec.model_validate(query_spec(standbyReplicas=0)).standby_replicas == 0

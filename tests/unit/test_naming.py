@@ -53,7 +53,7 @@ def test_derived_names_fit_kubernetes_limits() -> None:
                     names.role, names.role_binding, names.pdb, names.plan_config_map("a" * 64)):
         assert LABEL.match(derived), derived
         assert len(derived) <= 63, derived
-    # StatefulSet pods get "-0" and a controller-revision-hash label "<sts>-<10 chars>"
+    # the driver Deployment's ReplicaSet is "<deployment>-<pod-template-hash, <= 10 chars>"
     assert len(names.driver) + 11 <= 63
 
 

@@ -1,7 +1,7 @@
 """The operator's driver container and the runtime agree (this test imports both sides; the
 product packages never import each other).
 
-The real builder makes the driver StatefulSet of a query on a QueryCluster with TLS and SASL; its
+The real builder makes the driver Deployment of a query on a QueryCluster with TLS and SASL; its
 container env is resolved as the kubelet does (``secretKeyRef`` and ``fieldRef`` values supplied
 here, ``$(VAR)`` expanded against earlier variables) and handed to the runtime's own parser. The
 Kafka clients the runtime would build, and the ids it would use, must be the ones the operator
@@ -31,7 +31,8 @@ SECRETS = {
     ("kafka-tls", "tls.crt"): CERT,
     ("kafka-tls", "tls.key"): KEY,
 }
-FIELDS = {"status.podIP": "10.1.2.3", "metadata.name": "totals-driver-0"}
+FIELDS = {"status.podIP": "10.1.2.3", "metadata.name": "totals-driver-7d9f8c6b5-x2k4q",
+          "metadata.namespace": "shop"}
 _REF = re.compile(r"\$\$|\$\(([A-Za-z_][A-Za-z0-9_.-]*)\)")
 
 
@@ -79,7 +80,7 @@ def tls_sasl_cluster(mechanism: str = "SCRAM-SHA-512", mutual: bool = True) -> d
 
 def runtime_config(cluster: dict[str, Any]) -> tuple[Any, cli.RunConfig]:
     ctx = context(cluster=cluster)
-    sts = builders.driver_statefulset(ctx, "ab" * 32, "totals-plan-abababababab")
+    sts = builders.driver_deployment(ctx, "ab" * 32, "totals-plan-abababababab")
     (container,) = sts["spec"]["template"]["spec"]["containers"]
     env = kubelet_env(container["env"], SECRETS, FIELDS)
     # the image's entry point is ``sluice-runtime run``; the container adds no arguments
@@ -139,3 +140,19 @@ def test_every_mechanism_the_crd_allows_is_accepted(mechanism: str) -> None:
 def test_plaintext_cluster() -> None:
     _, config = runtime_config(cluster_spec())
     assert config.kafka.librdkafka() == {"security.protocol": "PLAINTEXT"}
+
+
+#: the election settings the runtime reads (sluice_runtime parses these; see docs/operator.md)
+LEASE_ENV = {"SLUICE_LEASE_NAME", "SLUICE_LEASE_NAMESPACE", "SLUICE_POD_NAME", "SLUICE_LEASE_SECONDS"}
+
+
+def test_driver_pods_are_told_their_lease_and_identity() -> None:
+    ctx = context(cluster=cluster_spec())
+    dep = builders.driver_deployment(ctx, "ab" * 32, "totals-plan-abababababab")
+    (container,) = dep["spec"]["template"]["spec"]["containers"]
+    env = kubelet_env(container["env"], SECRETS, FIELDS)
+    assert LEASE_ENV <= set(env)
+    assert env["SLUICE_LEASE_NAME"] == builders.driver_lease(ctx)["metadata"]["name"] == "totals-driver"
+    assert env["SLUICE_LEASE_NAMESPACE"] == "shop"
+    assert env["SLUICE_POD_NAME"] == FIELDS["metadata.name"]
+    assert env["SLUICE_LEASE_SECONDS"] == str(builders.driver_lease(ctx)["spec"]["leaseDurationSeconds"])

@@ -277,3 +277,35 @@ def drivers_status(
     if last:
         out["lastFailover"] = last
     return out
+
+
+# -- helpers for the operator (added with the operator side of standby drivers) ---------------
+
+
+def pod_ready(pod: dict[str, Any]) -> bool:
+    """The pod's ``Ready`` condition is True (a draining holder stays ready until it lets go)."""
+    conditions = (pod.get("status") or {}).get("conditions") or []
+    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
+
+
+def active_driver_ready(record: LeaseRecord | None, pods: list[dict[str, Any]]) -> bool:
+    """The query's driver is ready when the Lease holder's pod is among ``pods`` and Ready
+    (standbys are Ready once warm, so a count of ready pods says nothing about the active one)."""
+    if record is None or not record.holder:
+        return False
+    active = pod_of(record.holder)
+    return any(p["metadata"]["name"] == active and pod_ready(p) for p in pods)
+
+
+def takeover_to_announce(record: LeaseRecord | None, previous: dict[str, Any] | None) -> Takeover | None:
+    """The Lease's last takeover when it replaced a driver (``from`` set) and is not yet the
+    ``lastFailover`` of ``previous`` (the ``status.drivers`` written before): announce it once."""
+    if record is None:
+        return None
+    takeover = Takeover.from_json(record.annotations.get(LAST_TAKEOVER))
+    if takeover is None or not takeover.from_pod:
+        return None
+    last = (previous or {}).get("lastFailover") or {}
+    if (last.get("time"), last.get("to")) == (takeover.time, takeover.to_pod):
+        return None
+    return takeover

@@ -19,8 +19,9 @@ import hashlib
 import re
 from dataclasses import dataclass
 
-#: length budget of the query part of resource names; the longest role suffix is "-driver" and a
-#: StatefulSet's pods add "-0" and a "controller-revision-hash" label "<sts>-<10 chars>" (<= 63).
+#: length budget of the query part of resource names; the longest role suffix is "-driver" and the
+#: driver Deployment's ReplicaSet adds "-<pod-template-hash>" (<= 10 chars) within 63; its pods add
+#: "-<5 chars>" (the API server cuts generated names to fit).
 MAX_BASE = 40
 LABEL_MAX = 63
 STATE_MOUNT = "/var/lib/sluice/state"

@@ -60,6 +60,8 @@ class EventReason(StrEnum):
     DRAIN_TIMED_OUT = "DrainTimedOut"
     STATE_RETAINED = "StateRetained"
     STATE_DELETED = "StateDeleted"
+    FAILED_OVER = "FailedOver"
+    HANDED_OFF = "HandedOff"
 
 
 PHASES = (

@@ -63,6 +63,11 @@ class StreamingQuerySpec(QuerySpec):
     resources: QueryResources | None = Field(
         default=None, description="Per-query overrides of the cluster's resources."
     )
+    standby_replicas: int | None = Field(
+        default=None, ge=0, le=3,
+        description="Warm standby drivers waiting on the query's Lease to take over (0 to 3); absent: "
+        "the QueryCluster's standbyReplicas.",
+    )
 
     def query(self) -> QuerySpec:
         """The query part alone (what the compiler reads)."""
@@ -125,6 +130,31 @@ class QueryIdentity(StatusModel):
     checkpoint_path: str
 
 
+class Failover(StatusModel):
+    """The last change of active driver, as the driver that took over recorded it."""
+
+    time: str = Field(description="When the new driver acquired the Lease (RFC 3339).")
+    from_: str = Field(alias="from", description="Pod of the driver that was active before.")
+    to: str = Field(description="Pod of the driver that took over.")
+    reason: Literal["FailedOver", "HandedOff"] = Field(
+        description="FailedOver: the old driver died or went silent; HandedOff: it let go on request "
+        "or on stop."
+    )
+    gap_seconds: float | None = Field(
+        default=None,
+        description="Last commit of the old driver to first commit of the new one, as measured by the "
+        "new driver.",
+    )
+
+
+class DriversStatus(StatusModel):
+    """The driver pods of the query and which one runs it (holds the query's Lease)."""
+
+    active: str | None = Field(default=None, description="Pod of the driver holding the Lease.")
+    standbys: list[str] = Field(default_factory=list, description="Pods of the drivers waiting, warm.")
+    last_failover: Failover | None = Field(default=None, description="The last change of active driver.")
+
+
 class StreamingQueryStatus(StatusModel):
     observed_generation: int | None = None
     phase: Phase | None = None
@@ -136,6 +166,7 @@ class StreamingQueryStatus(StatusModel):
     last_compile_error: CompileErrorStatus | None = None
     identity: QueryIdentity | None = None
     cluster: str | None = Field(default=None, description="Name of the QueryCluster in use.")
+    drivers: DriversStatus | None = Field(default=None, description="Active and standby driver pods.")
 
 
 class StreamingQuery(CrdModel, CrdKind):
@@ -154,6 +185,8 @@ class StreamingQuery(CrdModel, CrdKind):
         {"name": "Upgrade", "type": "string", "jsonPath": ".status.lastUpgrade.decision",
          "description": "Last upgrade decision"},
         {"name": "Ready", "type": "boolean", "jsonPath": ".status.ready"},
+        {"name": "Active", "type": "string", "jsonPath": ".status.drivers.active",
+         "description": "Driver pod running the query"},
         {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
     ]
 

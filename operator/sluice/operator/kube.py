@@ -25,7 +25,8 @@ KINDS: dict[str, tuple[str, str]] = {
     "Pod": ("/api/v1", "pods"),
     "Secret": ("/api/v1", "secrets"),
     "Event": ("/api/v1", "events"),
-    "StatefulSet": ("/apis/apps/v1", "statefulsets"),
+    "Deployment": ("/apis/apps/v1", "deployments"),
+    "StatefulSet": ("/apis/apps/v1", "statefulsets"),  # only to retire drivers of earlier versions
     "Role": ("/apis/rbac.authorization.k8s.io/v1", "roles"),
     "RoleBinding": ("/apis/rbac.authorization.k8s.io/v1", "rolebindings"),
     "PodDisruptionBudget": ("/apis/policy/v1", "poddisruptionbudgets"),
@@ -34,8 +35,10 @@ KINDS: dict[str, tuple[str, str]] = {
     "QueryCluster": (f"/apis/{GROUP}/{VERSION}", "queryclusters"),
 }
 
-#: kinds whose spec the operator converges (others are created once and left alone)
-MUTABLE_KINDS = frozenset({"StatefulSet", "Service", "Role", "RoleBinding", "PodDisruptionBudget"})
+#: kinds whose spec the operator converges (others are created once and left alone: the plan
+#: ConfigMap is immutable, the claim's owner follows the deletion policy by patch, and the driver
+#: Lease belongs to the drivers once created)
+MUTABLE_KINDS = frozenset({"Deployment", "Service", "Role", "RoleBinding", "PodDisruptionBudget"})
 SPEC_HASH = "sluice.dev/spec-hash"
 
 MERGE_PATCH = "application/merge-patch+json"

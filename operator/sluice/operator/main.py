@@ -7,12 +7,17 @@ from typing import Any
 
 import kopf
 
+from sluice.core.election import QUERY_LABEL
 from sluice.crd.common import GROUP, VERSION
-from sluice.operator.handlers import cluster, query_delete, query_driver, query_reconcile
+from sluice.operator.handlers import cluster, driver_lease, query_delete, query_driver, query_reconcile
 
 SQ = (GROUP, VERSION, "streamingqueries")
 QC = (GROUP, VERSION, "queryclusters")
 MANAGED = {"app.kubernetes.io/managed-by": "sluice-operator", "app.kubernetes.io/component": "driver"}
+#: watched server-side by label: only the operator's driver Deployments and Leases reach it (not
+#: every node lease renewal of the cluster)
+DRIVER_SELECTOR = ",".join(f"{k}={v}" for k, v in MANAGED.items())
+LEASE_SELECTOR = f"{QUERY_LABEL},{DRIVER_SELECTOR}"
 FINALIZER = "sluice.dev/finalizer"
 KOPF_PREFIX = f"kopf.{GROUP}"
 
@@ -33,6 +38,8 @@ def configure_settings(settings: kopf.OperatorSettings) -> None:
     settings.watching.client_timeout = 330
     settings.queueing.error_delays = [1, 2, 5, 10, 30, 60]
     settings.execution.max_workers = 16
+    settings.watching.label_selectors["apps", "deployments"] = DRIVER_SELECTOR
+    settings.watching.label_selectors["coordination.k8s.io", "leases"] = LEASE_SELECTOR
 
 
 def build_registry(login: Any = None) -> kopf.OperatorRegistry:
@@ -50,8 +57,10 @@ def build_registry(login: Any = None) -> kopf.OperatorRegistry:
     kopf.on.update(*SQ, registry=registry, id="reconcile-update", backoff=10)(query_reconcile.handle)
     kopf.on.resume(*SQ, registry=registry, id="reconcile-resume", backoff=10)(query_reconcile.handle)
     kopf.on.delete(*SQ, registry=registry, id="finalize", backoff=5)(query_delete.handle)
-    kopf.on.event("apps", "v1", "statefulsets", registry=registry, id="driver-readiness",
+    kopf.on.event("apps", "v1", "deployments", registry=registry, id="driver-readiness",
                   labels=MANAGED)(query_driver.handle)  # type: ignore[arg-type]
+    kopf.on.event("coordination.k8s.io", "v1", "leases", registry=registry, id="driver-lease",
+                  labels={**MANAGED, QUERY_LABEL: kopf.PRESENT})(driver_lease.handle)  # type: ignore[arg-type]
 
     kopf.on.create(*QC, registry=registry, id="cluster-create")(cluster.handle)
     kopf.on.update(*QC, registry=registry, id="cluster-update", field="spec")(cluster.handle)

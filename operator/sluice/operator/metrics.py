@@ -34,6 +34,16 @@ class OperatorMetrics:
             "sluice_operator_upgrade_decisions_total", "Classified spec edits.",
             ["category", "decision"], registry=registry,
         )
+        self.failovers = Counter(
+            "sluice_operator_failovers_total",
+            "Changes of active driver seen on the queries' Leases (kind: FailedOver or HandedOff).",
+            ["kind"], registry=registry,
+        )
+        self.failover_gap = Histogram(
+            "sluice_operator_failover_gap_seconds",
+            "Output gap of a change of active driver, as the new driver measured it.",
+            ["kind"], registry=registry, buckets=(0.5, 1, 2, 3, 5, 10, 15, 30, 60, 120),
+        )
         self._phase_of: dict[str, str] = {}
         for phase in PHASES:
             self.queries.labels(phase=phase).set(0)

@@ -41,7 +41,7 @@ from sluice.core.status import (
 )
 from sluice.crd.querycluster import QueryClusterSpec
 from sluice.crd.streamingquery import StreamingQuerySpec
-from sluice.operator import builders
+from sluice.operator import builders, driverlease, legacy
 from sluice.operator.builders.context import QueryContext
 from sluice.operator.builders.storage import owner_patch
 from sluice.operator.kafka_admin import KafkaUnavailable, TopicAdmin, admin_config, sink_topic_settings
@@ -85,6 +85,8 @@ class Env:
     metrics: OperatorMetrics = field(default_factory=metrics)
     kafka_timeout: float = 10.0
     _admins: dict[str, TopicAdmin] = field(default_factory=dict)
+    #: queries (uid) checked for a driver StatefulSet of an earlier operator version
+    _legacy_checked: set[str] = field(default_factory=set)
 
     def compile(self, spec: Any) -> Plan:
         from sluice.core.compiler import compile_query
@@ -150,20 +152,24 @@ class QueryRun:
     def generation(self) -> int | None:
         return self.body["metadata"].get("generation")
 
-    def write(self, updates: dict[str, Any], facts: Facts | None = None) -> None:
-        """Merge ``updates`` (None deletes a key) and the reduced conditions into the status."""
+    def write(self, updates: dict[str, Any], facts: Facts | None = None, *,
+              resource_version: str | None = None) -> bool:
+        """Merge ``updates`` (None deletes a key) and the reduced conditions into the status;
+        returns whether anything was written. ``resource_version``: only if the object is still
+        at that version (a 409 ``KubeError`` otherwise)."""
         new = dict(self.status)
         new.update(updates)
         if facts is not None:
             new.update(reduce_status(self.status, facts, self.env.clock()))
         patch = {k: v for k, v in new.items() if self.status.get(k) != v}
         if not patch:
-            return
-        self.env.kube.patch_status("StreamingQuery", self.ns, self.name, patch)
+            return False
+        self.env.kube.patch_status("StreamingQuery", self.ns, self.name, patch, resource_version)
         transition = phase_transition(self.status, new)
         self.status = {k: v for k, v in new.items() if v is not None}
         if transition:
             self.env.metrics.phase(f"{self.ns}/{self.name}", transition[1])
+        return True
 
     def event(self, type_: str, reason: EventReason, message: str) -> None:
         self.env.events(self.body, type_, str(reason), message)
@@ -246,6 +252,11 @@ def reconcile_query(env: Env, body: dict[str, Any], retry: int = 0) -> str:
         cluster = cluster.model_copy(update={"service_id": pinned_service})
     ctx = QueryContext(namespace=run.ns, name=run.name, uid=meta["uid"], spec=spec, cluster=cluster,
                        plan_version=int((pinned or {}).get("version") or 1))
+    layout_problem = builders.standby_storage_problem(ctx, cluster_name)
+    if layout_problem is not None:  # a driver layout the state volume cannot carry: touch nothing
+        _problem(run, spec, Reason.INVALID_SPEC, layout_problem, {"cluster": cluster_name},
+                 EventReason.INVALID_SPEC)
+        raise Stop(layout_problem)
 
     # 4. Kafka: the sink topic
     try:
@@ -344,7 +355,8 @@ def _finish(run: QueryRun, ctx: QueryContext, plan: Plan | None, plan_hash: str,
     run.write(updates)
     if rollout["step"] == Step.DEPLOYING:
         run.event("Normal", EventReason.PLAN_PINNED, f"plan {plan_hash[:12]} pinned in ConfigMap {cm_name}")
-        run.event("Normal", EventReason.WORKLOAD_CREATED, f"driver StatefulSet {ctx.names.driver} created")
+        run.event("Normal", EventReason.WORKLOAD_CREATED, f"driver Deployment {ctx.names.driver} created "
+                  f"({ctx.driver_replicas} replicas)")
     else:
         run.event("Normal", EventReason.UPGRADE_APPLIED,
                   f"plan {(previous or {}).get('hash', '?')[:12]} -> {plan_hash[:12]} applied in place")
@@ -407,9 +419,17 @@ def _classify(run: QueryRun, ctx: QueryContext, spec: StreamingQuerySpec, cluste
 
 
 def _converge(run: QueryRun, ctx: QueryContext, plan_hash: str, config_map: str, fresh: bool = False) -> bool:
-    """Create-or-converge every workload object; returns whether the driver is ready."""
+    """Create-or-converge every workload object; returns whether the active driver is ready."""
     kube = run.env.kube
-    sts_ready = False
+    if not fresh and ctx.uid not in run.env._legacy_checked:  # once per query and operator process
+        retired = legacy.retire_driver_statefulset(kube, ctx.namespace, ctx.names.driver)
+        if retired == "deleted":
+            run.event("Normal", EventReason.DRAINING,
+                      f"stopping the driver StatefulSet {ctx.names.driver} of an earlier operator version")
+        if retired != "gone":
+            raise Retry(f"waiting for the old driver StatefulSet {ctx.names.driver} to go", 5)
+        run.env._legacy_checked.add(ctx.uid)
+    lease: dict[str, Any] | None = None
     for obj in builders.workload_objects(ctx, plan_hash, config_map):
         existing, outcome = kube.ensure(obj, probe_first=not fresh)
         kind = obj["kind"]
@@ -418,41 +438,19 @@ def _converge(run: QueryRun, ctx: QueryContext, plan_hash: str, config_map: str,
             wants_owner = not ctx.retain_state
             if bool(owners) != wants_owner:
                 kube.patch("PersistentVolumeClaim", ctx.namespace, ctx.names.state_claim, owner_patch(ctx))
-        if kind == "StatefulSet":
+        if kind == "Lease":
+            lease = driverlease.adopt(kube, ctx, existing)
+            lease = driverlease.forward_handoff(kube, run.body, lease)
+        if kind == "Deployment":
             replicas = obj["spec"]["replicas"]
             was_suspended = run.status.get("phase") == "Suspended"
             if replicas == 0 and not was_suspended and not fresh:
-                run.event("Normal", EventReason.SUSPENDED, "driver scaled to 0 (draining); state kept")
-            elif replicas == 1 and was_suspended:
-                run.event("Normal", EventReason.RESUMED, "driver scaled to 1")
-            status = existing.get("status") or {}
-            sts_ready = (
-                outcome != "updated"
-                and (status.get("readyReplicas") or 0) >= 1
-                and existing["spec"].get("replicas", 1) >= 1
-            )
-    return sts_ready
-
-
-def refresh_readiness(env: Env, body: dict[str, Any], driver_ready: bool) -> None:
-    """Recompute conditions of a query whose driver readiness changed (StatefulSet watch)."""
-    run = QueryRun(env, body, dict(body.get("status") or {}))
-    if body["metadata"].get("deletionTimestamp") or not run.status.get("plan"):
-        return
-    try:
-        spec = StreamingQuerySpec.model_validate(body.get("spec") or {})
-    except ValidationError:
-        return
-    degraded = get_condition(run.status.get("conditions") or [], "Degraded")
-    problem = None
-    if degraded and degraded.get("status") == "True":
-        try:
-            problem = StatusProblem(Reason(degraded["reason"]), degraded.get("message", ""))
-        except ValueError:
-            problem = None
-    facts = _facts(run, spec, problem=problem, driver_ready=driver_ready)
-    facts = Facts(**{**facts.__dict__, "generation": run.status.get("observedGeneration")})
-    run.write({}, facts)
+                run.event("Normal", EventReason.SUSPENDED, "drivers scaled to 0 (draining); state kept")
+            elif replicas >= 1 and was_suspended:
+                run.event("Normal", EventReason.RESUMED, f"drivers scaled to {replicas}")
+    if ctx.driver_replicas == 0:
+        return False
+    return driverlease.active_ready(kube, ctx.namespace, lease)
 
 
 # --------------------------------------------------------------------------------------------
@@ -495,11 +493,11 @@ def delete_query(env: Env, body: dict[str, Any], retry: int, runtime_seconds: fl
     drain_budget = (cluster.drain_seconds if cluster else 120) + 30
 
     # 1. drain: scale to zero; the pod's termination grace lets the runtime finish and commit
-    sts = env.kube.get("StatefulSet", ns, names.driver)
-    if sts is not None and sts["spec"].get("replicas", 0) != 0:
-        env.kube.patch("StatefulSet", ns, names.driver, {"spec": {"replicas": 0}})
-        run.event("Normal", EventReason.DRAINING, "draining the driver before deletion")
-    pods = env.kube.list("Pod", ns, f"sluice.dev/query={names.base},app.kubernetes.io/component=driver")
+    deployment = env.kube.get("Deployment", ns, names.driver)
+    if deployment is not None and deployment["spec"].get("replicas", 0) != 0:
+        env.kube.patch("Deployment", ns, names.driver, {"spec": {"replicas": 0}})
+        run.event("Normal", EventReason.DRAINING, "draining the drivers before deletion")
+    pods = env.kube.list("Pod", ns, driverlease.driver_selector(names.base))
     if pods:
         if runtime_seconds < drain_budget:
             raise Retry(f"waiting for {len(pods)} driver pod(s) to drain", 5)

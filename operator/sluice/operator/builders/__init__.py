@@ -1,15 +1,17 @@
 """Pure builders: desired Kubernetes objects as plain dicts, unit-tested without a cluster."""
 
 from sluice.operator.builders.context import QueryContext, default_image
-from sluice.operator.builders.driver import disruption_budget, driver_statefulset
+from sluice.operator.builders.driver import disruption_budget, driver_deployment
+from sluice.operator.builders.lease import driver_lease
 from sluice.operator.builders.network import metrics_service
 from sluice.operator.builders.plan import plan_config_map
 from sluice.operator.builders.rbac import role, role_binding, service_account
-from sluice.operator.builders.storage import state_claim
+from sluice.operator.builders.storage import standby_storage_problem, state_claim
 
 
 def workload_objects(ctx: QueryContext, plan_hash: str, config_map: str) -> list[dict]:
-    """Everything but the plan ConfigMap, in creation order (the driver last)."""
+    """Everything but the plan ConfigMap, in creation order (the Lease before the drivers that
+    compete for it, the driver last)."""
     return [
         state_claim(ctx),
         service_account(ctx),
@@ -17,11 +19,13 @@ def workload_objects(ctx: QueryContext, plan_hash: str, config_map: str) -> list
         role_binding(ctx),
         metrics_service(ctx),
         disruption_budget(ctx),
-        driver_statefulset(ctx, plan_hash, config_map),
+        driver_lease(ctx),
+        driver_deployment(ctx, plan_hash, config_map),
     ]
 
 
 __all__ = [
-    "QueryContext", "default_image", "disruption_budget", "driver_statefulset", "metrics_service",
-    "plan_config_map", "role", "role_binding", "service_account", "state_claim", "workload_objects",
+    "QueryContext", "default_image", "disruption_budget", "driver_deployment", "driver_lease",
+    "metrics_service", "plan_config_map", "role", "role_binding", "service_account",
+    "standby_storage_problem", "state_claim", "workload_objects",
 ]

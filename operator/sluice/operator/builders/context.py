@@ -61,6 +61,17 @@ class QueryContext:
         return self.cluster.executor.merged(self.spec.resources.executor if self.spec.resources else None)
 
     @property
+    def standby_replicas(self) -> int:
+        """Standby drivers: the query's override, else the cluster's default."""
+        override = self.spec.standby_replicas
+        return self.cluster.standby_replicas if override is None else override
+
+    @property
+    def driver_replicas(self) -> int:
+        """Driver pods: none when suspended, else the active one plus the standbys."""
+        return 0 if self.spec.suspend else 1 + self.standby_replicas
+
+    @property
     def retain_state(self) -> bool:
         return self.spec.deletion_policy == "Retain"
 

@@ -1,10 +1,12 @@
-"""The driver StatefulSet (one replica; Kubernetes restarts it while the operator is down) and its PDB."""
+"""The driver Deployment (the active driver plus warm standbys, all competing for the query's
+Lease; Kubernetes keeps them running while the operator is down) and its PDB."""
 
 from __future__ import annotations
 
 import json
 from typing import Any
 
+from sluice.core import election
 from sluice.core.naming import PLAN_FILE, PLAN_MOUNT, STATE_MOUNT
 from sluice.operator.builders.context import (
     BLOCK_MANAGER_PORT,
@@ -20,6 +22,9 @@ SPARK_LOCAL_MOUNT = "/var/lib/sluice/spark-local"
 #: time on top of the drain budget for the JVM to exit after the last commit
 EXIT_MARGIN_SECONDS = 30
 EXECUTOR_STATE_VOLUME = "spark.kubernetes.executor.volumes.persistentVolumeClaim.state"
+#: leaseDurationSeconds of the query's driver Lease (the runtime's SLUICE_LEASE_SECONDS)
+LEASE_SECONDS = election.DEFAULT_LEASE_SECONDS
+HOSTNAME_TOPOLOGY = "kubernetes.io/hostname"
 
 
 def spark_conf(ctx: QueryContext) -> dict[str, str]:
@@ -107,6 +112,11 @@ def driver_env(ctx: QueryContext) -> list[dict[str, Any]]:
         {"name": "SLUICE_CONSUMER_GROUP", "value": ident.consumer_group},
         {"name": "SLUICE_TRANSACTIONAL_ID", "value": ident.transactional_id},
         {"name": "HOME", "value": TMP_MOUNT},
+        # driver election: every driver pod competes for this Lease; the holder runs the query
+        {"name": "SLUICE_LEASE_NAME", "value": election.lease_name(ctx.names.base)},
+        {"name": "SLUICE_LEASE_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
+        {"name": "SLUICE_POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+        {"name": "SLUICE_LEASE_SECONDS", "value": str(LEASE_SECONDS)},
     ]
     kafka = ctx.cluster.kafka
     if kafka.sasl is not None:
@@ -127,8 +137,31 @@ def termination_grace_seconds(ctx: QueryContext) -> int:
     return ctx.cluster.drain_seconds + EXIT_MARGIN_SECONDS
 
 
-def driver_statefulset(ctx: QueryContext, plan_hash: str, config_map: str) -> dict[str, Any]:
-    """The driver workload running ``sluice-runtime run`` on the plan in ``config_map``."""
+def update_strategy(ctx: QueryContext) -> dict[str, Any]:
+    """Surge: the replacement driver starts first and warms up, then the old one hands off on
+    SIGTERM. A ReadWriteOncePod claim admits one pod only, so there the old pod must go first."""
+    if ctx.cluster.storage.access_mode == "ReadWriteOncePod":
+        return {"type": "Recreate"}
+    return {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}}
+
+
+def affinity(ctx: QueryContext) -> dict[str, Any]:
+    """All drivers share the state claim: on the claim's node when it is ReadWriteOnce(Pod),
+    spread over nodes when it is ReadWriteMany."""
+    term = {"topologyKey": HOSTNAME_TOPOLOGY, "labelSelector": {"matchLabels": ctx.selector()}}
+    if ctx.cluster.storage.access_mode == "ReadWriteMany":
+        return {"podAntiAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
+            {"weight": 100, "podAffinityTerm": term}]}}
+    return {"podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [term]}}
+
+
+def driver_deployment(ctx: QueryContext, plan_hash: str, config_map: str) -> dict[str, Any]:
+    """The driver workload running ``sluice-runtime run`` on the plan in ``config_map``.
+
+    ``1 + standbys`` pods (0 when suspended). The runtime labels its own pod with its role
+    (``sluice.dev/role``) and deletion cost; neither is in the template, so role changes never
+    roll the Deployment.
+    """
     labels = ctx.labels("driver")
     pod_annotations = {
         "sluice.dev/plan-hash": plan_hash,
@@ -176,7 +209,9 @@ def driver_statefulset(ctx: QueryContext, plan_hash: str, config_map: str) -> di
     }
     pod_spec = {
         "serviceAccountName": ctx.names.service_account,
-        "automountServiceAccountToken": ctx.executors > 0,
+        # the runtime's Lease client (and Spark's scheduler with executors) needs the token
+        "automountServiceAccountToken": True,
+        "affinity": affinity(ctx),
         "terminationGracePeriodSeconds": termination_grace_seconds(ctx),
         "enableServiceLinks": False,
         "securityContext": {
@@ -196,14 +231,15 @@ def driver_statefulset(ctx: QueryContext, plan_hash: str, config_map: str) -> di
     }
     return {
         "apiVersion": "apps/v1",
-        "kind": "StatefulSet",
+        "kind": "Deployment",
         "metadata": ctx.metadata(ctx.names.driver, "driver",
                                  extra_labels={"sluice.dev/plan-hash": plan_hash[:12]}),
         "spec": {
-            "replicas": 0 if ctx.spec.suspend else 1,
-            "serviceName": ctx.names.metrics_service,
-            "podManagementPolicy": "OrderedReady",
-            "updateStrategy": {"type": "RollingUpdate"},
+            "replicas": ctx.driver_replicas,
+            "strategy": update_strategy(ctx),
+            "minReadySeconds": 0,
+            "revisionHistoryLimit": 2,
+            "progressDeadlineSeconds": 600,
             "selector": {"matchLabels": ctx.selector()},
             "template": {
                 "metadata": {
@@ -214,12 +250,6 @@ def driver_statefulset(ctx: QueryContext, plan_hash: str, config_map: str) -> di
             },
         },
     }
-
-
-def driver_update_patch(ctx: QueryContext, plan_hash: str, config_map: str) -> dict[str, Any]:
-    """Strategic-merge-free update: the whole desired spec and labels (used with a replace/patch)."""
-    desired = driver_statefulset(ctx, plan_hash, config_map)
-    return {"metadata": {"labels": desired["metadata"]["labels"]}, "spec": desired["spec"]}
 
 
 def disruption_budget(ctx: QueryContext) -> dict[str, Any]:

@@ -1,4 +1,5 @@
-"""ServiceAccount, Role and RoleBinding: the driver may manage its executor pods and nothing else."""
+"""ServiceAccount, Role and RoleBinding: the driver may compete for its Lease, label its own pod and
+manage its executor pods, and nothing else."""
 
 from __future__ import annotations
 
@@ -20,12 +21,19 @@ EXECUTOR_RULES: list[dict[str, Any]] = [
 ]
 
 
+#: driver election on the query's Lease (the runtime creates it if the operator has not yet)
+LEASE_RULES: list[dict[str, Any]] = [
+    {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"],
+     "verbs": ["get", "list", "watch", "create", "update", "patch"]},
+]
+
+
 def service_account(ctx: QueryContext) -> dict[str, Any]:
     return {
         "apiVersion": "v1",
         "kind": "ServiceAccount",
         "metadata": ctx.metadata(ctx.names.service_account, "rbac"),
-        "automountServiceAccountToken": ctx.executors > 0,
+        "automountServiceAccountToken": True,
     }
 
 
@@ -34,7 +42,7 @@ def role(ctx: QueryContext) -> dict[str, Any]:
         "apiVersion": "rbac.authorization.k8s.io/v1",
         "kind": "Role",
         "metadata": ctx.metadata(ctx.names.role, "rbac"),
-        "rules": [dict(rule) for rule in EXECUTOR_RULES],
+        "rules": [dict(rule) for rule in (*EXECUTOR_RULES, *LEASE_RULES)],
     }
 
 

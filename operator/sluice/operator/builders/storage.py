@@ -29,3 +29,19 @@ def owner_patch(ctx: QueryContext) -> dict[str, Any]:
             "annotations": {"sluice.dev/deletion-policy": ctx.spec.deletion_policy},
         }
     }
+
+
+def standby_storage_problem(ctx: QueryContext, cluster_name: str) -> str | None:
+    """Why the resolved driver layout cannot work with the state volume, or None.
+
+    Standby drivers mount the active driver's state claim; a ReadWriteOncePod claim admits one pod.
+    """
+    standbys = ctx.standby_replicas
+    mode = ctx.cluster.storage.access_mode
+    if standbys == 0 or mode != "ReadWriteOncePod":
+        return None
+    field = ("spec.standbyReplicas" if ctx.spec.standby_replicas is not None
+             else f"spec.standbyReplicas (QueryCluster {cluster_name!r} default)")
+    drivers = "driver" if standbys == 1 else "drivers"
+    return (f"{field}: {standbys} standby {drivers} need{'s' if standbys == 1 else ''} a volume that "
+            f"{standbys + 1} pods can mount; QueryCluster storage.accessMode {mode} allows one pod")

@@ -1,36 +1,32 @@
-"""Driver StatefulSet events: keep the owning query's Ready condition in step with its pods."""
+"""Driver Deployment events: keep the owning query's drivers status and Ready in step with its pods."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from sluice.operator.handlers._common import env
-from sluice.operator.reconcile import refresh_readiness
+from sluice.operator.drivers import refresh_drivers
+from sluice.operator.handlers._common import env, kopf_errors
 
-#: last readiness seen per StatefulSet uid (saves a GET of the query on every StatefulSet event)
-_SEEN: dict[str, bool] = {}
+#: last status seen per Deployment uid (saves API calls on events that change nothing we report)
+_SEEN: dict[str, tuple[Any, ...]] = {}
+_KEYS = ("replicas", "readyReplicas", "updatedReplicas", "availableReplicas", "unavailableReplicas",
+         "observedGeneration")
 
 
 def handle(body: Any, namespace: str, type: str | None = None, **_: Any) -> None:
-    annotations = body.get("metadata", {}).get("annotations", {}) or {}
-    query = annotations.get("sluice.dev/query-name")
+    meta = body.get("metadata", {}) or {}
+    query = (meta.get("annotations", {}) or {}).get("sluice.dev/query-name")
+    uid = meta.get("uid", "")
     if not query or type == "DELETED":
-        _SEEN.pop(body.get("metadata", {}).get("uid", ""), None)
+        _SEEN.pop(uid, None)
         return
     status = body.get("status", {}) or {}
-    spec = body.get("spec", {}) or {}
-    ready = (status.get("readyReplicas") or 0) >= 1 and (spec.get("replicas") or 0) >= 1 and (
-        status.get("observedGeneration") == body.get("metadata", {}).get("generation")
-    ) and (status.get("updatedReplicas") or 0) >= 1
-    uid = body.get("metadata", {}).get("uid", "")
+    key = (meta.get("generation"), (body.get("spec", {}) or {}).get("replicas"),
+           *(status.get(k) for k in _KEYS))
     previous = _SEEN.get(uid)
-    _SEEN[uid] = ready
-    if previous is None and not ready:
-        return  # first sight of a driver that is not ready: the reconcile already said so
-    if previous == ready:
-        return
-    e = env()
-    sq = e.kube.get("StreamingQuery", namespace, query)
-    if sq is None or (sq.get("status") or {}).get("ready") == ready:
-        return
-    refresh_readiness(e, sq, ready)
+    if previous is None or previous == key:
+        _SEEN[uid] = key
+        return  # first sight (the reconcile and the Lease watch report it) or nothing new
+    with kopf_errors("Deployment", "drivers"):
+        refresh_drivers(env(), namespace, query)
+    _SEEN[uid] = key  # only once reported: a failed refresh is tried again on the next event

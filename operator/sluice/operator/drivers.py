@@ -1,0 +1,98 @@
+"""``status.drivers``, the query's readiness and the fail-over events, from the driver Lease and
+pods (called by the Deployment and Lease watches; the reconcile keeps readiness current too).
+
+Which driver runs the query is decided by the drivers alone, on the Lease, without the operator;
+this module only reports it. A takeover the new holder recorded (``LAST_TAKEOVER``) is announced
+exactly once: the status is written with the query's ``resourceVersion``, and the event is posted
+only by the writer that won.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from pydantic import ValidationError
+
+from sluice.core import election
+from sluice.core.naming import QueryNames
+from sluice.core.status import EventReason, Facts, Reason, StatusProblem, get_condition
+from sluice.crd.streamingquery import StreamingQuerySpec
+from sluice.operator.driverlease import driver_selector
+from sluice.operator.kube import KubeError
+from sluice.operator.reconcile import Env, QueryRun, _facts
+
+log = logging.getLogger("sluice.operator")
+
+#: optimistic-concurrency attempts of one refresh
+ATTEMPTS = 3
+
+
+def takeover_message(takeover: election.Takeover) -> str:
+    gap = "not measured" if takeover.gap_seconds is None else f"{takeover.gap_seconds:.2f}s"
+    how = "handed off" if takeover.kind == EventReason.HANDED_OFF else f"failed over ({takeover.reason})"
+    return f"driver {how} from {takeover.from_pod} to {takeover.to_pod}; output gap {gap}"
+
+
+def _current_problem(status: dict[str, Any]) -> StatusProblem | None:
+    degraded = get_condition(status.get("conditions") or [], "Degraded")
+    if not degraded or degraded.get("status") != "True":
+        return None
+    try:
+        return StatusProblem(Reason(degraded["reason"]), degraded.get("message", ""))
+    except ValueError:
+        return None
+
+
+def refresh_readiness(env: Env, body: dict[str, Any], driver_ready: bool,
+                      updates: dict[str, Any] | None = None) -> bool:
+    """Recompute the conditions of a query whose active driver's readiness (or ``updates``, e.g.
+    ``drivers``) changed, keeping a standing problem and the observed generation; returns whether
+    the status was written (only if the query is still at the ``resourceVersion`` of ``body``)."""
+    run = QueryRun(env, body, dict(body.get("status") or {}))
+    if body["metadata"].get("deletionTimestamp") or not run.status.get("plan"):
+        return False
+    try:
+        spec = StreamingQuerySpec.model_validate(body.get("spec") or {})
+    except ValidationError:
+        return False
+    facts = _facts(run, spec, problem=_current_problem(run.status), driver_ready=driver_ready)
+    facts = Facts(**{**facts.__dict__, "generation": run.status.get("observedGeneration")})
+    return run.write(updates or {}, facts, resource_version=body["metadata"].get("resourceVersion"))
+
+
+def refresh_drivers(env: Env, namespace: str, query: str, lease: dict[str, Any] | None = None) -> None:
+    """Bring ``status.drivers`` and ``ready`` of ``query`` in line with its Lease and driver pods;
+    announce a new takeover once (event + metric)."""
+    names = QueryNames.for_query(query)
+    for _attempt in range(ATTEMPTS):
+        body = env.kube.get("StreamingQuery", namespace, query)
+        if body is None or body["metadata"].get("deletionTimestamp"):
+            return
+        if lease is None:
+            lease = env.kube.get("Lease", namespace, election.lease_name(names.base))
+        record = election.LeaseRecord.from_lease(lease) if lease is not None else None
+        pods = env.kube.list("Pod", namespace, driver_selector(names.base))
+        previous = (body.get("status") or {}).get("drivers")
+        drivers = election.drivers_status(record, pods, previous)
+        takeover = election.takeover_to_announce(record, previous)
+        suspended = bool((body.get("spec") or {}).get("suspend"))
+        ready = not suspended and election.active_driver_ready(record, pods)
+        # the API server stores no nulls (a merge patch deletes the key): compare without them,
+        # but send them, so that a driver that is gone is removed from the stored status
+        unchanged = {k: v for k, v in drivers.items() if v is not None} == previous
+        try:
+            written = refresh_readiness(env, body, ready, {} if unchanged else {"drivers": drivers})
+        except KubeError as exc:
+            if exc.status != 409:
+                raise
+            lease = None  # somebody else wrote first: read everything again
+            continue
+        if written and takeover is not None:
+            kind = takeover.kind
+            env.events(body, "Normal", str(EventReason(kind)), takeover_message(takeover))
+            env.metrics.failovers.labels(kind=kind).inc()
+            if takeover.gap_seconds is not None:
+                env.metrics.failover_gap.labels(kind=kind).observe(takeover.gap_seconds)
+        return
+    log.info("%s/%s: drivers status not written (kept conflicting)", namespace, query)
