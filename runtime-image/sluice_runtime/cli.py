@@ -237,7 +237,7 @@ def execute(config: RunConfig) -> int:
         if fallback:
             log.info("Kafka connector: resolving %s with Spark", fallback["spark.jars.packages"])
         conf = {**fallback, **conf}
-    spark = create_spark(plan, config.master, conf, config.jars)
+    spark = create_spark(plan, config.master, conf, config.jars, own_session=True)
     state.plan_hash = plan.hash or plan.compute_hash()
     state.metrics.plan.labels(state.plan_hash).set(1)
     try:

@@ -33,16 +33,40 @@ def effective_conf(
     return out
 
 
+def _launch_own_session_gateway(master: str, settings: Mapping[str, str]) -> None:
+    """Start Spark's JVM in a session of its own.
+
+    A signal sent to the driver's process group (a node agent's SIGTERM, Ctrl-C) then reaches the
+    Python runtime alone, which drains; the JVM must keep running until the drain is done. It
+    still dies with the runtime: PySpark's gateway exits when its stdin pipe from Python breaks.
+    """
+    from pyspark import SparkConf, SparkContext
+    from pyspark.java_gateway import launch_gateway
+
+    if SparkContext._gateway is not None:
+        return
+    spark_conf = SparkConf(loadDefaults=False).setMaster(master).setAppName("sluice-runtime")
+    for key, value in settings.items():
+        spark_conf.set(key, value)
+    gateway = launch_gateway(spark_conf, popen_kwargs={"start_new_session": True})
+    SparkContext._ensure_initialized(gateway=gateway, conf=spark_conf)
+
+
 def create_spark(
     plan: Plan,
     master: str = "local[2]",
     conf: Mapping[str, str] | None = None,
     jars: Iterable[str | Path] | None = None,
+    own_session: bool = False,
 ) -> SparkSession:
+    """The runtime's SparkSession; ``own_session``: the JVM in a process session of its own."""
     from pyspark.sql import SparkSession
 
+    settings = effective_conf(plan, conf, jars)
+    if own_session:
+        _launch_own_session_gateway(master, settings)
     builder = SparkSession.builder.master(master).appName("sluice-runtime")
-    for key, value in effective_conf(plan, conf, jars).items():
+    for key, value in settings.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     # getOrCreate() may return an existing session: apply the pinned SQL settings to it too.
