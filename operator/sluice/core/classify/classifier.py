@@ -97,32 +97,22 @@ def _decide(changes: list[Change], policy: UpgradePolicy, old: Plan, new: Plan) 
 
 
 def _unsupported(old: Plan, new: Plan) -> list[Change]:
-    out: list[Change] = []
+    version_problems: list[str] = []
     if new.version < old.version:
-        out.append(
-            change(
-                "unsupported",
-                "plan",
-                "version",
-                old.version,
-                new.version,
-                f"Plan format version would go down from {old.version} to {new.version}; "
-                f"a checkpoint written by a newer plan format cannot be continued by an "
-                f"older one. Recompile the query with the current compiler.",
-            )
+        version_problems.append(
+            f"Plan format version would go down from {old.version} to {new.version}; "
+            f"a checkpoint written by a newer plan format cannot be continued by an "
+            f"older one. Recompile the query with the current compiler."
         )
     if new.version > PLAN_FORMAT_VERSION:
-        out.append(
-            change(
-                "unsupported",
-                "plan",
-                "version",
-                old.version,
-                new.version,
-                f"Plan format version {new.version} is newer than this classifier "
-                f"understands ({PLAN_FORMAT_VERSION}); upgrade the operator first.",
-            )
+        version_problems.append(
+            f"Plan format version {new.version} is newer than this classifier "
+            f"understands ({PLAN_FORMAT_VERSION}); upgrade the operator first."
         )
+    out = [
+        change("unsupported", "plan", "version", old.version, new.version, message)
+        for message in version_problems
+    ]
     for label, plan in (("old", old), ("new", new)):
         for step in plan.steps:
             step_type = getattr(step, "type", None)
