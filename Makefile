@@ -39,8 +39,7 @@ platform-down: install
 	$(BIN)/sluice-dev platform down
 
 crds: install
-	$(BIN)/sluice crds --output-dir crds
-	cp crds/*.sluice.dev.yaml charts/sluice/crds/
+	$(BIN)/sluice crds --output-dir crds --chart-dir charts/sluice/crds
 
 clean:
 	rm -rf $(VENV) .platform .pytest_cache .mypy_cache .ruff_cache

@@ -2,18 +2,24 @@
 
 Measures, in one run and on one SparkSession (``local[2]``):
 
-(a) records/s of the plan-built pipeline (``sluice_runtime.pipeline``, available-now),
-(b) records/s of the same query written by hand in PySpark against the same connector, and the
-    ratio a/b (target: within 5%),
-(c) exactly-once vs at-least-once (plan-built, both delivery modes),
-(d) time from process start to the first committed batch of a ``sluice-runtime run`` process.
+(a) the plan-built pipeline (``sluice_runtime.pipeline``, available-now) against
+(b) the same query written by hand in PySpark against the same connector, interleaved: after one
+    unmeasured warm-up of each, ``--pairs`` pairs each run (a) then (b) (ABAB...), so that both
+    sides see the same machine load. Per pair it prints both times and the ratio
+    ``hand seconds / plan seconds`` (plan-built throughput over hand-written; target: at least
+    0.95, i.e. within 5%), then the median ratio with its spread (min/max, p5/p95) and p50/p95 of
+    each side's time;
+(c) with ``--eos-pairs N``: exactly-once against at-least-once (both plan-built), interleaved the
+    same way;
+(d) with ``--startup``: time from process start to the first committed batch of a
+    ``sluice-runtime run`` process.
 
 It starts its own Kafka broker (``sluice_dev.platform.kafka``) in a temporary state directory and
 uses the cached connector jars (``sluice_dev.platform.sparkjars``).
 
-    python bench/bench_runtime.py [--records 1000000] [--repeat 3]
+    python bench/bench_runtime.py [--records 1000000] [--pairs 5] [--eos-pairs 0] [--startup]
 
-Each variant runs ``--repeat`` times in rotating order after one warm-up; the best time counts.
+``--records 100000`` makes a quick run. The JSON summary at the end holds every figure.
 
 The source policy for malformed records is ``skip`` here so that (a) and (b) read the topic once
 each (``deadLetter`` adds a second query over the source); the plan-built pipeline still parses
@@ -30,6 +36,7 @@ import sys
 import tempfile
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -202,11 +209,61 @@ def time_to_first_commit(plan: Any, bootstrap: str, jars: list[Path], work: Path
         proc.wait(300)
 
 
+def percentile(values: list[float], q: float) -> float:
+    """The ``q``-th percentile (0..100), interpolating linearly between the closest ranks."""
+    ordered = sorted(values)
+    rank = (len(ordered) - 1) * q / 100
+    low = int(rank)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (rank - low)
+
+
+def interleaved(
+    label_a: str, run_a: Callable[[], float], label_b: str, run_b: Callable[[], float], pairs: int
+) -> dict[str, Any]:
+    """Run A then B ``pairs`` times (ABAB...); print each pair; summarise seconds and the ratio b/a."""
+    seconds: dict[str, list[float]] = {label_a: [], label_b: []}
+    ratios: list[float] = []
+    for i in range(1, pairs + 1):
+        a, b = run_a(), run_b()
+        seconds[label_a].append(a)
+        seconds[label_b].append(b)
+        ratios.append(b / a)
+        print(f"pair {i}: {label_a} {a:.2f} s, {label_b} {b:.2f} s, ratio {b / a:.3f}", flush=True)
+    ratio = {
+        "median": round(percentile(ratios, 50), 3),
+        "min": round(min(ratios), 3),
+        "max": round(max(ratios), 3),
+        "p5": round(percentile(ratios, 5), 3),
+        "p95": round(percentile(ratios, 95), 3),
+    }
+    p50_p95 = {k: [round(percentile(v, 50), 2), round(percentile(v, 95), 2)] for k, v in seconds.items()}
+    print(
+        f"ratio {label_b} s / {label_a} s ({label_a} throughput over {label_b}): median {ratio['median']} "
+        f"(min {ratio['min']}, max {ratio['max']}, p5 {ratio['p5']}, p95 {ratio['p95']}); "
+        + "; ".join(f"{k} p50 {p[0]} s, p95 {p[1]} s" for k, p in p50_p95.items()),
+        flush=True,
+    )
+    return {
+        "pairs": pairs,
+        "order": "".join(f"{label_a[0]}{label_b[0]}".upper() for _ in range(pairs)),
+        "seconds": {k: [round(x, 2) for x in v] for k, v in seconds.items()},
+        "seconds_p50_p95": p50_p95,
+        f"ratio_{label_b}_over_{label_a}": ratio,
+    }
+
+
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--records", type=int, default=1_000_000)
-    parser.add_argument("--repeat", type=int, default=3)
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n")[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter
+    )
+    parser.add_argument("--records", type=int, default=1_000_000, help="records in the topic")
+    parser.add_argument("--pairs", type=int, default=5, help="plan/hand pairs, run ABAB...")
+    parser.add_argument("--eos-pairs", type=int, default=0, help="at-least-once/exactly-once pairs")
+    parser.add_argument("--startup", action="store_true", help="also time process start to first commit")
     args = parser.parse_args()
+    if args.pairs < 1:
+        parser.error("--pairs must be at least 1")
 
     from sluice_dev.platform import kafka as kafka_component
     from sluice_dev.platform import sparkjars
@@ -216,7 +273,7 @@ def main() -> int:
     kafka_component.provision()
     started = kafka_component.start(state)
     bootstrap = started.env["SLUICE_KAFKA_BOOTSTRAP"]
-    results: dict[str, Any] = {"records": args.records}
+    results: dict[str, Any] = {"records": args.records, "load_average_before": os.getloadavg()}
     try:
         jars = sparkjars.jar_paths()
         topic = f"bench-{uuid.uuid4().hex[:6]}"
@@ -226,42 +283,30 @@ def main() -> int:
         spark = create_spark(alo, "local[2]", {"spark.driver.memory": "2g"}, jars)
         work = state / "work"
         work.mkdir()
-        # warm-up (JIT, connector classes) on the same topic, not measured
+
+        def plan() -> float:
+            return run_plan(spark, alo, bootstrap, work)
+
+        def hand() -> float:
+            return run_by_hand(spark, topic, f"{topic}-out-hand", bootstrap, work)
+
+        # warm-up (JIT, connector classes, both code paths) on the same topic, not measured
         run_by_hand(spark, topic, f"{topic}-warm", bootstrap, work)
-        plan_t, hand_t, eos_t = [], [], []
-        runs = {
-            "plan": (plan_t, lambda: run_plan(spark, alo, bootstrap, work)),
-            "hand": (hand_t, lambda: run_by_hand(spark, topic, f"{topic}-out-hand", bootstrap, work)),
-            "eos": (eos_t, lambda: run_plan(spark, eos, bootstrap, work)),
-        }
-        order = list(runs)
-        for i in range(args.repeat):  # rotate the order: no variant always runs warmest
-            for name in order[i % 3 :] + order[: i % 3]:
-                times, fn = runs[name]
-                times.append(fn())
-        n = args.records
-        best = {"plan": min(plan_t), "hand": min(hand_t), "eos": min(eos_t)}
-        results.update(
-            {
-                "a_plan_records_per_s": round(n / best["plan"]),
-                "b_hand_records_per_s": round(n / best["hand"]),
-                "a_over_b": round(best["hand"] / best["plan"], 3),
-                "c_exactly_once_records_per_s": round(n / best["eos"]),
-                "c_eos_over_alo": round(best["plan"] / best["eos"], 3),
-                "seconds": {
-                    k: [round(x, 1) for x in v]
-                    for k, v in (("plan", plan_t), ("hand", hand_t), ("eos", eos_t))
-                },
-            }
-        )
+        plan()
+        results["plan_vs_hand"] = interleaved("plan", plan, "hand", hand, args.pairs)
+        if args.eos_pairs > 0:
+            results["alo_vs_eos"] = interleaved(
+                "alo", plan, "eos", lambda: run_plan(spark, eos, bootstrap, work), args.eos_pairs
+            )
         spark.stop()
-        small = f"{topic}-startup"
-        fill(bootstrap, small, 1000)
-        startup_plan = build_plan(small, f"{small}-out", "atLeastOnce")
-        results["d_start_to_first_commit_s"] = round(
-            time_to_first_commit(startup_plan, bootstrap, jars, work), 1
-        )
-        results["load_average"] = os.getloadavg()
+        if args.startup:
+            small = f"{topic}-startup"
+            fill(bootstrap, small, 1000)
+            startup_plan = build_plan(small, f"{small}-out", "atLeastOnce")
+            results["d_start_to_first_commit_s"] = round(
+                time_to_first_commit(startup_plan, bootstrap, jars, work), 1
+            )
+        results["load_average_after"] = os.getloadavg()
     finally:
         kafka_component.stop(state)
     print(json.dumps(results, indent=2))

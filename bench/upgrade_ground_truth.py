@@ -21,9 +21,10 @@ from pathlib import Path
 import yaml
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "tests" / "integration"))
+if str(REPO) not in sys.path:  # run as a script (python bench/...): the shared helpers live in tests.support
+    sys.path.insert(0, str(REPO))
 
-import upgrade_harness as h  # noqa: E402
+from tests.support import upgrade_harness as h  # noqa: E402
 
 EVIDENCE = REPO / "docs" / "upgrade-evidence.md"
 
@@ -121,7 +122,7 @@ def evidence_table(outcomes: list[h.Outcome]) -> str:
         "checked against a plain-Python reference), and the new query was restarted on the same",
         "checkpoint over the second half. Its output is compared with the **correct in-place result**,",
         "computed in plain Python for every pair: old rules before the restart, new rules after, the state",
-        "carried over in the new query's meaning (`tests/integration/upgrade_harness.py` says what that is",
+        "carried over in the new query's meaning (`tests/support/upgrade_harness.py` says what that is",
         "per pair). `accepts` = equal to it; `error` = the restart failed (error class shown);",
         "`silent-wrong-result` = Spark ran but the output differs from it (the detail says how, and what",
         "the two outcomes of a replace, hand-off and backfill, give); `silent-setting-ignored` = the",

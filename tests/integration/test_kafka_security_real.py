@@ -21,7 +21,8 @@ import time
 from pathlib import Path
 
 import pytest
-from runtime_support import plan_from_yaml, unique
+
+from tests.support.runtime import plan_from_yaml, unique
 
 pytestmark = pytest.mark.integration
 
@@ -119,8 +120,9 @@ def test_java_client_accepts_the_spark_options(spark_jars: list[Path], tmp_path:
     """Kafka's Java client (what Spark's connector builds from the ``kafka.`` options) takes the
     PEM stores and the JAAS line of a mutual-TLS + SCRAM description: a consumer is created (PEMs
     parsed, SCRAM login done) and the JAAS options read back with the quoting intact."""
-    from runtime_support import shared_spark
     from sluice_runtime.kafka_security import KafkaSecurity
+
+    from tests.support.runtime import shared_spark
 
     subprocess.run(
         ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=sluice-test",

@@ -9,36 +9,26 @@ import sys
 import textwrap
 import time
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
+from functools import partial
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import pytest
 from sluice_dev.nodeagent.kubeapi import Api, ApiError
 from sluice_dev.platform import common
 from sluice_dev.platform import nodeagent as nodeagent_component
 
+from tests.support import waiting
+
 pytestmark = pytest.mark.integration
 
-T = TypeVar("T")
 Obj = dict[str, Any]
 NODE = "sluice-test-node"
 PY = sys.executable
 AGENT_ARGS = ["--backoff-initial", "1", "--backoff-max", "4", "--heartbeat", "5", "--delete-node-on-exit"]
-
-
-def eventually(check: Callable[[], T | None], *, timeout: float = 60.0, what: str) -> T:
-    deadline = time.monotonic() + timeout
-    last: Exception | None = None
-    while time.monotonic() < deadline:
-        try:
-            result = check()
-            if result:
-                return result
-        except ApiError as exc:
-            last = exc
-        time.sleep(0.25)
-    raise AssertionError(f"timed out after {timeout:.0f}s waiting until {what} (last error: {last})")
+#: how this module waits (deadline, poll interval, which errors mean "not yet")
+eventually = partial(waiting.eventually, timeout=60.0, retry_on=ApiError)
 
 
 class Agent:

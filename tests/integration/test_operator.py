@@ -9,38 +9,24 @@ from __future__ import annotations
 import argparse
 import subprocess
 import threading
-import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import pytest
 from sluice.operator.kube import Kube
 
+from tests.support.waiting import eventually
+
 pytestmark = pytest.mark.integration
 
 REPO = Path(__file__).resolve().parents[2]
-T = TypeVar("T")
 
 SQL = "SELECT customer, count(*) AS orders, sum(amount) AS total FROM orders GROUP BY customer"
 SQL_BY_ORDER = "SELECT order_id, count(*) AS orders, sum(amount) AS total FROM orders GROUP BY order_id"
 WORKLOAD_KINDS = ("ConfigMap", "Deployment", "PersistentVolumeClaim", "Service", "ServiceAccount", "Role",
                   "RoleBinding", "PodDisruptionBudget", "Lease")
-
-
-def eventually(check: Callable[[], T | None], *, timeout: float = 30.0, what: str) -> T:
-    deadline = time.monotonic() + timeout
-    last: Any = None
-    while time.monotonic() < deadline:
-        try:
-            last = check()
-            if last:
-                return last
-        except Exception as exc:  # transient API errors while things settle
-            last = exc
-        time.sleep(0.25)
-    raise AssertionError(f"timed out after {timeout:.0f}s waiting until {what} (last: {last!r})")
 
 
 @pytest.fixture(scope="module")

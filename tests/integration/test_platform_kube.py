@@ -4,33 +4,19 @@ from __future__ import annotations
 
 import json
 import subprocess
-import time
 import uuid
-from collections.abc import Callable
-from typing import Any, TypeVar, cast
+from functools import partial
+from typing import Any, cast
 
 import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from tests.support import waiting
+
 pytestmark = pytest.mark.integration
-
-T = TypeVar("T")
-
-
-def eventually(check: Callable[[], T | None], *, timeout: float = 60.0, what: str) -> T:
-    """Poll ``check`` until it returns something truthy."""
-    deadline = time.monotonic() + timeout
-    last: Exception | None = None
-    while time.monotonic() < deadline:
-        try:
-            result = check()
-            if result:
-                return result
-        except ApiException as exc:
-            last = exc
-        time.sleep(0.5)
-    raise AssertionError(f"timed out after {timeout:.0f}s waiting until {what} (last error: {last})")
+#: how this module waits (deadline, poll interval, which errors mean "not yet")
+eventually = partial(waiting.eventually, timeout=60.0, interval=0.5, retry_on=ApiException)
 
 
 def test_crd_becomes_established_and_serves_custom_objects(kube: Any, namespace: str) -> None:

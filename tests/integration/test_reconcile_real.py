@@ -12,11 +12,10 @@ from __future__ import annotations
 import socket
 import subprocess
 import threading
-import time
 import uuid
-from collections.abc import Callable
+from functools import partial
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import pytest
 from prometheus_client import CollectorRegistry
@@ -26,30 +25,19 @@ from sluice.operator.leader import LeaderElector
 from sluice.operator.metrics import OperatorMetrics
 from sluice.operator.reconcile import Env, Retry, Stop, delete_query, reconcile_cluster, reconcile_query
 
+from tests.support import waiting
+
 pytestmark = pytest.mark.integration
 
 REPO = Path(__file__).resolve().parents[2]
-T = TypeVar("T")
 
 SQL = """SELECT customer, count(*) AS orders, sum(amount) AS total
 FROM orders GROUP BY customer"""
 WORKLOAD_KINDS = ("ConfigMap", "PersistentVolumeClaim", "ServiceAccount", "Role", "RoleBinding", "Service",
                   "PodDisruptionBudget", "Lease", "Deployment")
 WRITES = ("POST", "PUT", "PATCH", "DELETE")
-
-
-def eventually(check: Callable[[], T | None], *, timeout: float = 30.0, what: str) -> T:
-    deadline = time.monotonic() + timeout
-    last: Any = None
-    while time.monotonic() < deadline:
-        try:
-            last = check()
-            if last:
-                return last
-        except Exception as exc:  # transient API errors while things settle
-            last = exc
-        time.sleep(0.2)
-    raise AssertionError(f"timed out after {timeout:.0f}s waiting until {what} (last: {last!r})")
+#: how this module waits (deadline, poll interval, which errors mean "not yet")
+eventually = partial(waiting.eventually, interval=0.2)
 
 
 def closed_port_address() -> str:

@@ -16,7 +16,8 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from runtime_support import consume, create_topic, plan_from_yaml, produce, ts, unique
+
+from tests.support.runtime import consume, create_topic, plan_from_yaml, produce, ts, unique
 
 pytestmark = pytest.mark.integration
 

@@ -14,7 +14,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from runtime_support import batch_output, plan_from_yaml, shared_spark, to_dt, ts
+
+from tests.support.runtime import batch_output, plan_from_yaml, shared_spark, to_dt, ts
 
 pytestmark = pytest.mark.integration
 
@@ -274,7 +275,7 @@ def test_malformed_records_are_tagged(spark: Any) -> None:
     # a missing field is not malformed (it is null); wrong types, non-objects, bad JSON and null are
     assert sorted(r["order_id"] for r in got) == ["g", "ok2"]
     src = plan.steps[0]
-    from runtime_support import KAFKA_DDL, kafka_rows
+    from tests.support.runtime import KAFKA_DDL, kafka_rows
 
     raw = spark.createDataFrame(kafka_rows("orders", records), KAFKA_DDL)
     dl = malformed.dead_letter_frame(malformed.parse(raw, src.columns), src.columns).collect()

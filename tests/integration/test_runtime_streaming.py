@@ -10,7 +10,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from runtime_support import (
+from sluice.core.plan.model import Plan
+
+from tests.support.runtime import (
     consume,
     consume_json,
     create_topic,
@@ -20,7 +22,6 @@ from runtime_support import (
     ts,
     unique,
 )
-from sluice.core.plan.model import Plan
 
 pytestmark = pytest.mark.integration
 

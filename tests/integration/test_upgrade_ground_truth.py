@@ -3,7 +3,7 @@
 Every pair of tests/corpus/upgrades runs here, in one SparkSession: the old query over the first
 half, then the new query forced in place on the same checkpoint over the second half, and the
 result is judged against the correct in-place outcome computed in plain Python
-(tests/integration/upgrade_harness.py). The replace outcomes (the new query on fresh checkpoints,
+(tests/support/upgrade_harness.py). The replace outcomes (the new query on fresh checkpoints,
 two more runs per replace pair) are not needed for the judgement and are left to ``python
 bench/upgrade_ground_truth.py --write``, which regenerates docs/upgrade-evidence.md and the corpus
 files' ``spark:`` blocks. SLUICE_GT_PAIRS=substring[,substring...] narrows the run (development).
@@ -16,7 +16,6 @@ both when Spark's behaviour changes and when the rule is fixed (remove the annot
 from __future__ import annotations
 
 import os
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -24,9 +23,7 @@ from typing import Any
 import pytest
 import yaml
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-import upgrade_harness as h
+from tests.support import upgrade_harness as h
 
 pytestmark = pytest.mark.integration
 

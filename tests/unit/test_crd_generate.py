@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 import yaml
+from sluice.commands.crds import chart_files
 from sluice.crd.generate import crd_for, generated_files, openapi_schema
 from sluice.crd.querycluster import QueryCluster
 from sluice.crd.streamingquery import StreamingQuery, StreamingQuerySpec
@@ -34,6 +35,15 @@ def test_committed_crds_match_the_models(name: str) -> None:
     assert committed.read_text() == generated_files()[name], (
         f"crds/{name} drifted from the models: run `sluice crds --output-dir crds`"
     )
+
+
+def test_chart_carries_exactly_the_generated_sluice_crds() -> None:
+    chart = REPO / "charts" / "sluice" / "crds"
+    assert sorted(p.name for p in chart.glob("*.yaml")) == sorted(chart_files())
+    for name, text in chart_files().items():
+        assert (chart / name).read_text() == text, (
+            f"charts/sluice/crds/{name} drifted from the models: run `make crds`"
+        )
 
 
 @pytest.mark.parametrize("kind", [StreamingQuery, QueryCluster])
@@ -115,3 +125,16 @@ def test_crds_command_check_mode(tmp_path: Path) -> None:
     assert main(["crds", "--output-dir", str(tmp_path), "--check"]) == 0
     (tmp_path / "streamingqueries.sluice.dev.yaml").write_text("stale")
     assert main(["crds", "--output-dir", str(tmp_path), "--check"]) == 1
+
+
+def test_crds_command_writes_the_chart_copy(tmp_path: Path) -> None:
+    from sluice.cli import main
+
+    out, chart = tmp_path / "crds", tmp_path / "chart"
+    assert main(["crds", "--output-dir", str(out), "--chart-dir", str(chart)]) == 0
+    assert sorted(p.name for p in out.iterdir()) == sorted(generated_files())
+    assert sorted(p.name for p in chart.iterdir()) == sorted(chart_files())
+    assert "kopfpeerings.kopf.dev.yaml" not in chart_files()
+    assert main(["crds", "--output-dir", str(out), "--chart-dir", str(chart), "--check"]) == 0
+    (chart / "queryclusters.sluice.dev.yaml").write_text("stale")
+    assert main(["crds", "--output-dir", str(out), "--chart-dir", str(chart), "--check"]) == 1

@@ -7,14 +7,10 @@ import json
 from typing import Any
 
 import pytest
-from sluice.core.plan.schema_compat import (
-    SCHEMA_FILE,
-    current_schema,
-    incompatibilities,
-    render_schema,
-)
+from sluice.core.plan.schema_compat import current_schema, incompatibilities, render_schema
+from sluice_dev.plan_schema import SCHEMA_FILE, main
 
-REGENERATE = "python -m sluice.core.plan.schema_compat --write"
+REGENERATE = "python -m sluice_dev.plan_schema --write"
 
 
 def committed() -> dict[str, Any]:
@@ -159,3 +155,8 @@ def test_tightened_constraint_in_the_real_plan_schema() -> None:
     loosened = _schema()
     del loosened["properties"]["steps"]["minItems"]
     assert incompatibilities(_schema(), loosened) == []
+
+
+def test_plan_schema_command_finds_the_schema_up_to_date(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main([]) == 0
+    assert capsys.readouterr().out == "plan schema unchanged\n"

@@ -83,3 +83,82 @@ def test_a_component_with_a_dead_process_behind_a_live_endpoint_is_not_healthy(t
         finally:
             alive.kill()
             alive.wait()
+
+
+def test_maven_copy_argv_copies_runtime_dependencies_quietly() -> None:
+    argv = common.maven_copy_argv("/usr/bin/mvn", Path("/c/pom.xml"), Path("/c/libs.partial"))
+    assert argv == [
+        "/usr/bin/mvn", "-B", "-ntp", "-f", "/c/pom.xml", "dependency:copy-dependencies",
+        "-DincludeScope=runtime", "-DoutputDirectory=/c/libs.partial",
+    ]
+
+
+def _fake_mvn(bin_dir: Path, calls: Path) -> None:
+    """An ``mvn`` on PATH that records its call and 'copies' two jars into -DoutputDirectory."""
+    bin_dir.mkdir()
+    script = bin_dir / "mvn"
+    script.write_text(
+        "#!/usr/bin/env bash\n"
+        f'echo "$@" >> {calls}\n'
+        'for arg in "$@"; do\n'
+        '  case "$arg" in -DoutputDirectory=*) out="${arg#-DoutputDirectory=}";; esac\n'
+        "done\n"
+        'mkdir -p "$out" && touch "$out/a-1.0.jar" "$out/b-2.0.jar"\n'
+    )
+    script.chmod(0o755)
+
+
+def test_provision_maven_jars_runs_maven_once_and_marks_the_cache(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    calls = tmp_path / "calls"
+    _fake_mvn(tmp_path / "bin", calls)
+    monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}:/usr/bin:/bin")
+    root = tmp_path / "cache"
+    root.mkdir()
+    lines: list[str] = []
+
+    def finish(staging: Path, log_path: Path) -> str:
+        (staging / "b-2.0.jar").unlink()  # a component may prune what Maven copied
+        return "a-1.0.jar\n"
+
+    def provision() -> Path:
+        return common.provision_maven_jars(
+            "thing", root, "libs", "<project/>", what="resolving thing jars", finish=finish, log=lines.append
+        )
+
+    libs = provision()
+    assert libs == root / "libs"
+    assert sorted(p.name for p in libs.iterdir()) == ["a-1.0.jar"]
+    assert (root / "pom.xml").read_text() == "<project/>"
+    assert (root / common.PROVISIONED_MARKER).read_text() == "a-1.0.jar\n"
+    assert not (root / "libs.partial").exists()
+    assert lines[0] == f"thing: resolving thing jars with Maven (log: {root / 'provision.log'})"
+    assert lines[1].startswith("thing: 1 jars ready in ")
+    assert provision() == libs  # marked: Maven does not run again
+    assert len(calls.read_text().splitlines()) == 1
+
+
+def test_provision_maven_jars_leaves_no_marker_when_the_jars_are_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _fake_mvn(tmp_path / "bin", tmp_path / "calls")
+    monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}:/usr/bin:/bin")
+    root = tmp_path / "cache"
+    root.mkdir()
+
+    def finish(staging: Path, log_path: Path) -> str:
+        raise common.PlatformError("thing", "thing.jar missing after resolution", log_path)
+
+    with pytest.raises(common.PlatformError, match=r"thing\.jar missing"):
+        common.provision_maven_jars("thing", root, "libs", "<project/>", what="x", finish=finish, log=print)
+    assert not (root / common.PROVISIONED_MARKER).exists()
+    assert not (root / "libs").exists()
+
+
+def test_provision_maven_jars_without_maven_names_the_component(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PATH", str(tmp_path))
+    with pytest.raises(common.PlatformError, match=r"^thing: mvn \(Apache Maven\) not found"):
+        common.provision_maven_jars("thing", tmp_path, "libs", "", what="x", finish=lambda s, p: "")

@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -234,3 +235,71 @@ def run_logged(
             + tail(log_path),
             log_path,
         )
+
+
+#: written last by ``provision_maven_jars``: the jars in the cache are complete
+PROVISIONED_MARKER = ".provisioned"
+
+
+def maven_copy_argv(mvn: str, pom: Path, output_dir: Path) -> list[str]:
+    """Maven resolving a POM's runtime dependencies and copying their jars into ``output_dir``."""
+    return [
+        mvn,
+        "-B",
+        "-ntp",
+        "-f",
+        str(pom),
+        "dependency:copy-dependencies",
+        "-DincludeScope=runtime",
+        f"-DoutputDirectory={output_dir}",
+    ]
+
+
+def provision_maven_jars(
+    component: str,
+    root: Path,
+    jars_name: str,
+    pom: str,
+    *,
+    what: str,
+    finish: Callable[[Path, Path], str],
+    check: Callable[[Path], object] | None = None,
+    log: Callable[[str], object] = print,
+) -> Path:
+    """Resolve a POM's jars with Maven into ``root/jars_name`` once; return that directory.
+
+    Idempotent (a marker file, written last, records a completed run) and safe against concurrent
+    callers (a file lock; the marker is checked again under it). Under the lock: ``check(log_path)``
+    may refuse before Maven runs; Maven copies the jars into ``<jars_name>.partial``;
+    ``finish(staging, log_path)`` vets (and may prune) them and returns the marker's text; only then
+    does the staging directory replace ``jars_name``. ``what`` completes "<component>: <what> with
+    Maven" in the progress line.
+    """
+    jars = root / jars_name
+    marker = root / PROVISIONED_MARKER
+    if marker.exists():
+        return jars
+    log_path = root / "provision.log"
+    with file_lock(root / ".lock"):
+        if marker.exists():
+            return jars
+        mvn = shutil.which("mvn")
+        if mvn is None:
+            raise PlatformError(component, "mvn (Apache Maven) not found on PATH", log_path)
+        if check is not None:
+            check(log_path)
+        log(f"{component}: {what} with Maven (log: {log_path})")
+        started = time.monotonic()
+        pom_path = root / "pom.xml"
+        pom_path.write_text(pom)
+        staging = root / f"{jars_name}.partial"
+        shutil.rmtree(staging, ignore_errors=True)
+        argv = maven_copy_argv(mvn, pom_path, staging)
+        run_logged(component, argv, log_path=log_path, cwd=root, timeout=900)
+        marker_text = finish(staging, log_path)
+        shutil.rmtree(jars, ignore_errors=True)
+        staging.rename(jars)
+        marker.write_text(marker_text)
+        count = len(list(jars.glob("*.jar")))
+        log(f"{component}: {count} jars ready in {time.monotonic() - started:.1f}s")
+    return jars

@@ -17,7 +17,6 @@ import os
 import shutil
 import socket
 import textwrap
-import time
 import uuid
 from collections.abc import Callable
 from pathlib import Path
@@ -26,10 +25,10 @@ from sluice_dev.platform.common import (
     PlatformError,
     Started,
     cache_dir,
-    file_lock,
     free_port,
     pid_alive,
     port_open,
+    provision_maven_jars,
     read_pid,
     run_logged,
     spawn,
@@ -50,7 +49,6 @@ NODE_ID = 1
 #: A small heap, C1 only and a serial collector: quick to start, light on small shared machines.
 BROKER_JVM_OPTS = ("-Xmx512m", "-Xms128m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1")
 READY_TIMEOUT = 120.0
-_MARKER = ".provisioned"
 
 _POM = """\
 <?xml version="1.0" encoding="UTF-8"?>
@@ -110,47 +108,21 @@ def provision(log: Callable[[str], object] = print) -> Path:
 
     Idempotent (a marker file records a completed run) and safe against concurrent callers.
     """
-    root = cache_path()
-    libs = root / "libs"
-    marker = root / _MARKER
-    if marker.exists():
-        return libs
-    log_path = root / "provision.log"
-    with file_lock(root / ".lock"):
-        if marker.exists():
-            return libs
-        mvn = shutil.which("mvn")
-        if mvn is None:
-            raise PlatformError(COMPONENT, "mvn (Apache Maven) not found on PATH", log_path)
-        log(f"kafka: resolving Kafka {VERSION} broker jars with Maven (log: {log_path})")
-        started = time.monotonic()
-        pom = root / "pom.xml"
-        pom.write_text(_POM.format(version=VERSION, scala=SCALA, log4j=LOG4J_VERSION))
-        staging = root / "libs.partial"
-        shutil.rmtree(staging, ignore_errors=True)
-        run_logged(
-            COMPONENT,
-            [
-                mvn,
-                "-B",
-                "-ntp",
-                "-f",
-                str(pom),
-                "dependency:copy-dependencies",
-                "-DincludeScope=runtime",
-                f"-DoutputDirectory={staging}",
-            ],
-            log_path=log_path,
-            cwd=root,
-            timeout=900,
-        )
+
+    def finish(staging: Path, log_path: Path) -> str:
         if not (staging / f"kafka_{SCALA}-{VERSION}.jar").exists():
             raise PlatformError(COMPONENT, f"kafka_{SCALA}-{VERSION}.jar missing after resolution", log_path)
-        shutil.rmtree(libs, ignore_errors=True)
-        staging.rename(libs)
-        marker.write_text(f"{VERSION}\n")
-        log(f"kafka: {len(list(libs.glob('*.jar')))} jars ready in {time.monotonic() - started:.1f}s")
-    return libs
+        return f"{VERSION}\n"
+
+    return provision_maven_jars(
+        COMPONENT,
+        cache_path(),
+        "libs",
+        _POM.format(version=VERSION, scala=SCALA, log4j=LOG4J_VERSION),
+        what=f"resolving Kafka {VERSION} broker jars",
+        finish=finish,
+        log=log,
+    )
 
 
 def find_java() -> str:

@@ -18,12 +18,10 @@ from __future__ import annotations
 
 import importlib.util
 import re
-import shutil
-import time
 from collections.abc import Callable
 from pathlib import Path
 
-from sluice_dev.platform.common import PlatformError, cache_dir, file_lock, run_logged
+from sluice_dev.platform.common import PlatformError, cache_dir, provision_maven_jars
 
 COMPONENT = "spark-kafka"
 SPARK_VERSION = "4.3.0"
@@ -32,7 +30,6 @@ SCALA = "2.13"
 CONNECTOR_VERSION = "4.2.0"
 #: Newest spark-token-provider-kafka-0-10 whose jar is published there.
 TOKEN_PROVIDER_VERSION = "4.0.0"
-_MARKER = ".provisioned"
 
 _POM = """\
 <?xml version="1.0" encoding="UTF-8"?>
@@ -105,74 +102,54 @@ def provision(log: Callable[[str], object] = print) -> Path:
 
     Idempotent (a marker file records a completed run) and safe against concurrent callers.
     """
-    root = cache_path()
-    jars = root / "jars"
-    marker = root / _MARKER
-    if marker.exists():
-        return jars
-    log_path = root / "provision.log"
-    with file_lock(root / ".lock"):
-        if marker.exists():
-            return jars
-        mvn = shutil.which("mvn")
-        if mvn is None:
-            raise PlatformError(COMPONENT, "mvn (Apache Maven) not found on PATH", log_path)
-        shipped = _artifact_versions(pyspark_jars_dir())
-        spark_core = shipped.get(f"spark-core_{SCALA}")
+
+    def check(log_path: Path) -> None:
+        spark_core = _artifact_versions(pyspark_jars_dir()).get(f"spark-core_{SCALA}")
         if spark_core != SPARK_VERSION:
             raise PlatformError(
                 COMPONENT, f"pyspark ships spark-core {spark_core}, expected {SPARK_VERSION}", log_path
             )
-        log(f"spark-kafka: resolving the Kafka connector jars with Maven (log: {log_path})")
-        started = time.monotonic()
-        pom = root / "pom.xml"
-        pom.write_text(
-            _POM.format(
-                spark=SPARK_VERSION, scala=SCALA, connector=CONNECTOR_VERSION, token=TOKEN_PROVIDER_VERSION
-            )
-        )
-        staging = root / "jars.partial"
-        shutil.rmtree(staging, ignore_errors=True)
-        run_logged(
-            COMPONENT,
-            [
-                mvn,
-                "-B",
-                "-ntp",
-                "-f",
-                str(pom),
-                "dependency:copy-dependencies",
-                "-DincludeScope=runtime",
-                f"-DoutputDirectory={staging}",
-            ],
-            log_path=log_path,
-            cwd=root,
-            timeout=900,
-        )
-        kept: list[str] = []
-        substituted: list[str] = []
-        with open(log_path, "a") as report:
-            for jar in sorted(staging.glob("*.jar")):
-                match = _JAR_NAME.match(jar.name)
-                artifact = match["artifact"] if match else jar.stem
-                if artifact in shipped:
-                    version = match["version"] if match else "?"
-                    report.write(f"skip {jar.name}: pyspark ships {artifact}-{shipped[artifact]}\n")
-                    if version != shipped[artifact]:
-                        substituted.append(f"{artifact} {version}->{shipped[artifact]}")
-                    jar.unlink()
-                else:
-                    report.write(f"keep {jar.name}\n")
-                    kept.append(jar.name)
+
+    def finish(staging: Path, log_path: Path) -> str:
+        kept, substituted = _drop_shipped(staging, _artifact_versions(pyspark_jars_dir()), log_path)
         if not any(name.startswith(f"spark-sql-kafka-0-10_{SCALA}-") for name in kept):
             raise PlatformError(COMPONENT, "spark-sql-kafka-0-10 jar missing after resolution", log_path)
-        shutil.rmtree(jars, ignore_errors=True)
-        staging.rename(jars)
-        marker.write_text("\n".join(kept) + "\n")
         if substituted:
             log(f"spark-kafka: using pyspark's own version of {', '.join(substituted)}")
-        log(f"spark-kafka: {len(kept)} jars ready in {time.monotonic() - started:.1f}s")
-    return jars
+        return "\n".join(kept) + "\n"
+
+    return provision_maven_jars(
+        COMPONENT,
+        cache_path(),
+        "jars",
+        _POM.format(
+            spark=SPARK_VERSION, scala=SCALA, connector=CONNECTOR_VERSION, token=TOKEN_PROVIDER_VERSION
+        ),
+        what="resolving the Kafka connector jars",
+        check=check,
+        finish=finish,
+        log=log,
+    )
+
+
+def _drop_shipped(staging: Path, shipped: dict[str, str], log_path: Path) -> tuple[list[str], list[str]]:
+    """Delete the jars PySpark already ships (any version); return the kept names and substitutions."""
+    kept: list[str] = []
+    substituted: list[str] = []
+    with open(log_path, "a") as report:
+        for jar in sorted(staging.glob("*.jar")):
+            match = _JAR_NAME.match(jar.name)
+            artifact = match["artifact"] if match else jar.stem
+            if artifact in shipped:
+                version = match["version"] if match else "?"
+                report.write(f"skip {jar.name}: pyspark ships {artifact}-{shipped[artifact]}\n")
+                if version != shipped[artifact]:
+                    substituted.append(f"{artifact} {version}->{shipped[artifact]}")
+                jar.unlink()
+            else:
+                report.write(f"keep {jar.name}\n")
+                kept.append(jar.name)
+    return kept, substituted
 
 
 def jar_paths(log: Callable[[str], object] = print) -> list[Path]:

@@ -30,7 +30,15 @@ from typing import Any
 from sluice.core.classify.common import IN_PLACE_ROWS, plain
 from sluice.core.classify.lineage import Lineage
 from sluice.core.classify.match import Matching, match
-from sluice.core.classify.model import DECISION_FOR, SEVERITY, Category, Change, UpgradeDecision, severity
+from sluice.core.classify.model import (
+    DECISION_FOR,
+    SEVERITY,
+    Category,
+    Change,
+    UpgradeDecision,
+    change,
+    severity,
+)
 from sluice.core.classify.runtime import runtime_changes
 from sluice.core.classify.steps import KNOWN_STEP_TYPES, REPLACE, TRANSPARENT, Ctx, compare_step, fmt
 from sluice.core.plan.model import PLAN_FORMAT_VERSION, STATEFUL_STEP_TYPES, Plan
@@ -89,44 +97,34 @@ def _decide(changes: list[Change], policy: UpgradePolicy, old: Plan, new: Plan) 
 
 
 def _unsupported(old: Plan, new: Plan) -> list[Change]:
-    out: list[Change] = []
+    version_problems: list[str] = []
     if new.version < old.version:
-        out.append(
-            Change(
-                category="unsupported",
-                step="plan",
-                field="version",
-                old=old.version,
-                new=new.version,
-                message=f"Plan format version would go down from {old.version} to {new.version}; "
-                f"a checkpoint written by a newer plan format cannot be continued by an "
-                f"older one. Recompile the query with the current compiler.",
-            )
+        version_problems.append(
+            f"Plan format version would go down from {old.version} to {new.version}; "
+            f"a checkpoint written by a newer plan format cannot be continued by an "
+            f"older one. Recompile the query with the current compiler."
         )
     if new.version > PLAN_FORMAT_VERSION:
-        out.append(
-            Change(
-                category="unsupported",
-                step="plan",
-                field="version",
-                old=old.version,
-                new=new.version,
-                message=f"Plan format version {new.version} is newer than this classifier "
-                f"understands ({PLAN_FORMAT_VERSION}); upgrade the operator first.",
-            )
+        version_problems.append(
+            f"Plan format version {new.version} is newer than this classifier "
+            f"understands ({PLAN_FORMAT_VERSION}); upgrade the operator first."
         )
+    out = [
+        change("unsupported", "plan", "version", old.version, new.version, message)
+        for message in version_problems
+    ]
     for label, plan in (("old", old), ("new", new)):
         for step in plan.steps:
             step_type = getattr(step, "type", None)
             if step_type not in KNOWN_STEP_TYPES:
                 out.append(
-                    Change(
-                        category="unsupported",
-                        step=getattr(step, "id", None),
-                        field="type",
-                        old=step_type if label == "old" else None,
-                        new=step_type if label == "new" else None,
-                        message=f"Step {getattr(step, 'id', '?')} of the {label} plan has step type "
+                    change(
+                        "unsupported",
+                        getattr(step, "id", None),
+                        "type",
+                        step_type if label == "old" else None,
+                        step_type if label == "new" else None,
+                        f"Step {getattr(step, 'id', '?')} of the {label} plan has step type "
                         f"{fmt(step_type)}, which this classifier does not know; "
                         f"upgrade the operator first.",
                     )
@@ -141,13 +139,13 @@ def _settings(old: Plan, new: Plan) -> list[Change]:
         if od.get(key) != nd.get(key):
             name = _SETTING_NAMES.get(key, key)
             out.append(
-                Change(
-                    category="topology",
-                    step="settings",
-                    field=key,
-                    old=od.get(key),
-                    new=nd.get(key),
-                    message=f"Pinned setting {name} changed from {fmt(od.get(key))} to "
+                change(
+                    "topology",
+                    "settings",
+                    key,
+                    od.get(key),
+                    nd.get(key),
+                    f"Pinned setting {name} changed from {fmt(od.get(key))} to "
                     f"{fmt(nd.get(key))}. The checkpoint pins it: Spark restores the old "
                     f"value and silently ignores the new one (state is partitioned by it). "
                     f"The query needs a new checkpoint (replace).",
@@ -155,13 +153,13 @@ def _settings(old: Plan, new: Plan) -> list[Change]:
             )
     if old.spark_version != new.spark_version:
         out.append(
-            Change(
-                category="topology",
-                step="plan",
-                field="sparkVersion",
-                old=old.spark_version,
-                new=new.spark_version,
-                message=f"The plan's Spark version changed from {fmt(old.spark_version)} to "
+            change(
+                "topology",
+                "plan",
+                "sparkVersion",
+                old.spark_version,
+                new.spark_version,
+                f"The plan's Spark version changed from {fmt(old.spark_version)} to "
                 f"{fmt(new.spark_version)}; Sluice does not continue a checkpoint across "
                 f"engine versions. {REPLACE}",
             )
@@ -174,67 +172,37 @@ def _added_removed(step: Any, added: bool, stateful_plan: bool) -> Change:
     st = step.type
     desc = f"Step {step.id} ({st}) was {verb}"
     old, new = (None, st) if added else (st, None)
+    category: Category
     if st in STATEFUL_STEP_TYPES:
-        return Change(
-            category="topology",
-            step=step.id,
-            field="steps",
-            old=old,
-            new=new,
-            message=f"{desc}: the set of stateful operators changes and the checkpoint's state "
-            f"operators no longer match the plan. {REPLACE}",
+        category = "topology"
+        why = (
+            f": the set of stateful operators changes and the checkpoint's state "
+            f"operators no longer match the plan. {REPLACE}"
         )
-    if st in ("kafkaSourceV1", "unionV1"):
+    elif st in ("kafkaSourceV1", "unionV1"):
         what = (
             f"source {fmt(getattr(step, 'source', step.id))} (topic {fmt(getattr(step, 'topic', None))})"
             if st == "kafkaSourceV1"
             else "the union of sources"
         )
-        return Change(
-            category="source-modifying",
-            step=step.id,
-            field="steps",
-            old=old,
-            new=new,
-            message=f"{desc}: {what} {verb}. The set of sources changes, and the checkpoint's "
-            f"offsets cover the old set only, so the query needs a new checkpoint (replace).",
+        category = "source-modifying"
+        why = (
+            f": {what} {verb}. The set of sources changes, and the checkpoint's "
+            f"offsets cover the old set only, so the query needs a new checkpoint (replace)."
         )
-    if st == "watermarkV1":
-        if stateful_plan:
-            return Change(
-                category="topology",
-                step=step.id,
-                field="steps",
-                old=old,
-                new=new,
-                message=f"{desc}: the watermark decides when state is emitted and evicted. {REPLACE}",
-            )
-        return Change(
-            category="transparent",
-            step=step.id,
-            field="steps",
-            old=old,
-            new=new,
-            message=f"{desc}; no stateful operator uses it. {TRANSPARENT}",
+    elif st == "watermarkV1" and stateful_plan:
+        category, why = "topology", f": the watermark decides when state is emitted and evicted. {REPLACE}"
+    elif st == "watermarkV1":
+        category, why = "transparent", f"; no stateful operator uses it. {TRANSPARENT}"
+    elif st == "kafkaSinkV1":
+        category, why = "topology", f": the sink changes. {REPLACE}"
+    else:
+        category = "data-selection"
+        why = (
+            "; it does not hold state, so it only changes which records or columns are "
+            "emitted from now on. On its own this keeps state and offsets (in-place)."
         )
-    if st == "kafkaSinkV1":
-        return Change(
-            category="topology",
-            step=step.id,
-            field="steps",
-            old=old,
-            new=new,
-            message=f"{desc}: the sink changes. {REPLACE}",
-        )
-    return Change(
-        category="data-selection",
-        step=step.id,
-        field="steps",
-        old=old,
-        new=new,
-        message=f"{desc}; it does not hold state, so it only changes which records or columns are "
-        f"emitted from now on. On its own this keeps state and offsets (in-place).",
-    )
+    return change(category, step.id, "steps", old, new, desc + why)
 
 
 def _definitions(lin: Lineage, plan: Plan) -> dict[str, str]:
@@ -263,50 +231,50 @@ def _output_schema(old_plan: Plan, new_plan: Plan, olin: Lineage, nlin: Lineage)
             if a.name != b.name and a.name not in nt and b.name not in ot and a.type == b.type:
                 renamed |= {a.name, b.name}
                 out.append(
-                    Change(
-                        category="schema-evolution",
-                        step=sink_id,
-                        field="outputSchema",
-                        old=f"{a.name} {a.type}",
-                        new=f"{b.name} {b.type}",
-                        message=f"Step {sink_id}: output column renamed from "
+                    change(
+                        "schema-evolution",
+                        sink_id,
+                        "outputSchema",
+                        f"{a.name} {a.type}",
+                        f"{b.name} {b.type}",
+                        f"Step {sink_id}: output column renamed from "
                         f"'{a.name} {a.type}' to '{b.name} {b.type}'. {tail}",
                     )
                 )
     for f in old:
         if f.name not in nt and f.name not in renamed:
             out.append(
-                Change(
-                    category="schema-evolution",
-                    step=sink_id,
-                    field="outputSchema",
-                    old=f"{f.name} {f.type}",
-                    new=None,
-                    message=f"Step {sink_id}: output column '{f.name} {f.type}' removed. {tail}",
+                change(
+                    "schema-evolution",
+                    sink_id,
+                    "outputSchema",
+                    f"{f.name} {f.type}",
+                    None,
+                    f"Step {sink_id}: output column '{f.name} {f.type}' removed. {tail}",
                 )
             )
     redefined: set[str] = set()
     for f in new:
         if f.name not in ot and f.name not in renamed:
             out.append(
-                Change(
-                    category="schema-evolution",
-                    step=sink_id,
-                    field="outputSchema",
-                    old=None,
-                    new=f"{f.name} {f.type}",
-                    message=f"Step {sink_id}: output column '{f.name} {f.type}' added. {tail}",
+                change(
+                    "schema-evolution",
+                    sink_id,
+                    "outputSchema",
+                    None,
+                    f"{f.name} {f.type}",
+                    f"Step {sink_id}: output column '{f.name} {f.type}' added. {tail}",
                 )
             )
         elif f.name in ot and ot[f.name] != f.type:
             out.append(
-                Change(
-                    category="schema-evolution",
-                    step=sink_id,
-                    field="outputSchema",
-                    old=f"{f.name} {ot[f.name]}",
-                    new=f"{f.name} {f.type}",
-                    message=f"Step {sink_id}: output column {fmt(f.name)} retyped from "
+                change(
+                    "schema-evolution",
+                    sink_id,
+                    "outputSchema",
+                    f"{f.name} {ot[f.name]}",
+                    f"{f.name} {f.type}",
+                    f"Step {sink_id}: output column {fmt(f.name)} retyped from "
                     f"'{f.name} {ot[f.name]}' to '{f.name} {f.type}'. {tail}",
                 )
             )
@@ -330,13 +298,13 @@ def _output_schema(old_plan: Plan, new_plan: Plan, olin: Lineage, nlin: Lineage)
                 )
                 category = "data-selection"
             out.append(
-                Change(
-                    category=category,
-                    step=sink_id,
-                    field=f"outputSchema.{f.name}",
-                    old=was,
-                    new=now,
-                    message=f"Step {sink_id}: output column {fmt(f.name)} {what}",
+                change(
+                    category,
+                    sink_id,
+                    f"outputSchema.{f.name}",
+                    was,
+                    now,
+                    f"Step {sink_id}: output column {fmt(f.name)} {what}",
                 )
             )
     # the order of the columns that kept their name and meaning
@@ -344,13 +312,13 @@ def _output_schema(old_plan: Plan, new_plan: Plan, olin: Lineage, nlin: Lineage)
     common_new = [f.name for f in new if f.name in ot and f.name not in redefined]
     if common_old != common_new:
         out.append(
-            Change(
-                category="schema-evolution",
-                step=sink_id,
-                field="outputSchema.order",
-                old=common_old,
-                new=common_new,
-                message=f"Step {sink_id}: output columns reordered from {fmt(common_old)} to "
+            change(
+                "schema-evolution",
+                sink_id,
+                "outputSchema.order",
+                common_old,
+                common_new,
+                f"Step {sink_id}: output columns reordered from {fmt(common_old)} to "
                 f"{fmt(common_new)}. {tail}",
             )
         )
@@ -370,13 +338,13 @@ def _stateful_order(old: Lineage, new: Lineage, matching: Matching) -> list[Chan
         na = sorted(a for a in new.ancestors(nstep.id) if new.by_id[a].type in STATEFUL_STEP_TYPES)
         if oa != na:
             out.append(
-                Change(
-                    category="topology",
-                    step=nstep.id,
-                    field="inputs",
-                    old=oa,
-                    new=na,
-                    message=f"Step {nstep.id}: the stateful operators before it changed from {fmt(oa)} to "
+                change(
+                    "topology",
+                    nstep.id,
+                    "inputs",
+                    oa,
+                    na,
+                    f"Step {nstep.id}: the stateful operators before it changed from {fmt(oa)} to "
                     f"{fmt(na)} (operators added, removed or reordered). {REPLACE}",
                 )
             )
@@ -424,13 +392,13 @@ def classify(
     changes += _output_schema(old, new, olin, nlin)
     if not changes:
         changes.append(
-            Change(
-                category="transparent",
-                step="plan",
-                field="steps",
-                old=old.hash,
-                new=new.hash,
-                message="The plans differ only in how steps are wired, with the same operators, "
+            change(
+                "transparent",
+                "plan",
+                "steps",
+                old.hash,
+                new.hash,
+                "The plans differ only in how steps are wired, with the same operators, "
                 "expressions and schemas. " + TRANSPARENT,
             )
         )

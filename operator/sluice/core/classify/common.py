@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sluice.core.classify.lineage import Lineage
-from sluice.core.classify.model import Category, Change
+from sluice.core.classify.model import Category, Change, change
 
 UPSTREAM = "are the same text, but the columns they read are computed differently upstream or changed type"
 REPLACE = (
@@ -72,6 +72,4 @@ class Ctx:
         return od, nd
 
     def add(self, category: Category, step: str | None, fld: str, old: Any, new: Any, message: str) -> None:
-        self.changes.append(
-            Change(category=category, step=step, field=fld, old=old, new=new, message=message)
-        )
+        self.changes.append(change(category, step, fld, old, new, message))

@@ -60,6 +60,11 @@ class Change(ClassifyModel):
     )
 
 
+def change(category: Category, step: str | None, field: str, old: Any, new: Any, message: str) -> Change:
+    """One ``Change``: its category, where (step id, field), the old and new value, and the sentence."""
+    return Change(category=category, step=step, field=field, old=old, new=new, message=message)
+
+
 class UpgradeDecision(ClassifyModel):
     """What an upgrade from one plan to another needs."""
 

@@ -20,7 +20,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from sluice.core.classify.common import TRANSPARENT, fmt
-from sluice.core.classify.model import Change
+from sluice.core.classify.model import Change, change
 
 #: Spec paths outside the plan that change the running query, and what they do.
 RUNTIME_FIELDS: dict[str, str] = {
@@ -77,13 +77,13 @@ def runtime_changes(old_spec: Mapping[str, Any] | None, new_spec: Mapping[str, A
             continue
         top = next(f for f in RUNTIME_FIELDS if path == f or path.startswith(f + "."))
         changes.append(
-            Change(
-                category="transparent",
-                step="spec",
-                field=path,
-                old=a,
-                new=b,
-                message=f"spec.{path} changed from {fmt(a)} to {fmt(b)} ({RUNTIME_FIELDS[top]}); it is "
+            change(
+                "transparent",
+                "spec",
+                path,
+                a,
+                b,
+                f"spec.{path} changed from {fmt(a)} to {fmt(b)} ({RUNTIME_FIELDS[top]}); it is "
                 f"not part of the plan and does not change what the query computes: the driver "
                 f"restarts on the same checkpoint with the same plan. {TRANSPARENT}",
             )

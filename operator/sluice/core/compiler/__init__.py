@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+from sluice.core.compiler.base import field_specs
 from sluice.core.compiler.casts import decimal_problem_in
+from sluice.core.compiler.checks import check_output_mode, sink_key
 from sluice.core.compiler.intervals import IntervalError, normalize_interval
-from sluice.core.compiler.planner import Planner, field_specs
-from sluice.core.compiler.sqlparse import SqlFailure, parse_sql
+from sluice.core.compiler.planner import Planner
+from sluice.core.compiler.scope import did_you_mean
+from sluice.core.compiler.sqlparse import parse_sql
+from sluice.core.compiler.sqltext import SqlFailure
 from sluice.core.errors import CompileError, Problem
 from sluice.core.plan.model import KafkaSinkV1, PinnedSettings, Plan, TriggerSpec
 from sluice.core.spec import QuerySpec
@@ -58,8 +62,6 @@ def spec_problems(spec: QuerySpec) -> tuple[list[Problem], dict[str, str]]:
             col_name = source.event_time.column
             j = columns.get(col_name.lower())
             if j is None:
-                from sluice.core.compiler.scope import did_you_mean
-
                 problems.append(
                     Problem(
                         f"event-time column '{col_name}' does not exist in source '{source.name}'"
@@ -103,8 +105,6 @@ def compile_query(spec: QuerySpec) -> Plan:
         root, text = parse_sql(spec.sql)
         planner = Planner(spec, text, delays)
         rel = planner.plan_query(root)
-        from sluice.core.compiler.checks import check_output_mode, sink_key
-
         check_output_mode(spec, planner)
     except SqlFailure as failure:
         raise CompileError([failure.problem]) from None

@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from dataclasses import dataclass, field
 
 from sqlglot import exp
 from sqlglot.tokens import TokenType
 
+from sluice.core.compiler.base import Planning, Stateful, field_specs
 from sluice.core.compiler.exprs import AGGREGATES, Compiled, ExprCompiler, column_node, is_time_window
 from sluice.core.compiler.intervals import IntervalError, interval_millis, normalize_interval
 from sluice.core.compiler.scope import Field, Relation
-from sluice.core.compiler.sqlparse import SqlFailure, SqlText
+from sluice.core.compiler.sqltext import SqlFailure, SqlText
 from sluice.core.plan.model import (
     AggregateCall,
     AggregateV1,
@@ -21,9 +22,6 @@ from sluice.core.plan.model import (
     WindowSpec,
 )
 from sluice.core.types import WINDOW_STRUCT, SparkType
-
-if TYPE_CHECKING:
-    from sluice.core.compiler.planner import Planner
 
 _PASSIVE = (exp.Literal, exp.Boolean, exp.Null, exp.Identifier, exp.DataType, exp.Var, exp.DataTypeParam)
 
@@ -76,7 +74,7 @@ class PostAggregateCompiler(ExprCompiler):
         return None
 
 
-def plan_select(p: Planner, sel: exp.Select) -> Relation:
+def plan_select(p: Planning, sel: exp.Select) -> Relation:
     from_ = sel.args.get("from_") or sel.args.get("from")
     if from_ is None:
         raise p.text.fail("the query reads no source: add FROM <source name>", sel)
@@ -127,7 +125,7 @@ def plan_select(p: Planner, sel: exp.Select) -> Relation:
 
 
 def _resolve_group_node(
-    p: Planner, rel: Relation, node: exp.Expr, items: list[tuple[str | None, exp.Expr]]
+    p: Planning, rel: Relation, node: exp.Expr, items: list[tuple[str | None, exp.Expr]]
 ) -> exp.Expr:
     if isinstance(node, exp.Literal) and not node.is_string and str(node.this).isdigit():
         index = int(str(node.this))
@@ -141,19 +139,80 @@ def _resolve_group_node(
     return node
 
 
+@dataclass
+class _Output:
+    """The aggregation's output while it is being named: columns, and what each replaces."""
+
+    select_names: dict[str, str]
+    used: set[str] = field(default_factory=set)
+    replacements: dict[str, tuple[str, SparkType]] = field(default_factory=dict)
+    fields: list[Field] = field(default_factory=list)
+    watermarks: set[tuple[str | None, str]] = field(default_factory=set)
+
+    def name(self, sql: str, fallback: str) -> str:
+        """The SELECT's name for ``sql`` unless taken (then ``fallback``); marks it taken."""
+        wanted = self.select_names.get(sql)
+        chosen = wanted if wanted and wanted.lower() not in self.used else fallback
+        self.used.add(chosen.lower())
+        return chosen
+
+    def add(self, sql: str, name: str, typ: SparkType) -> None:
+        self.replacements[sql] = (name, typ)
+        self.fields.append(Field(name, typ))
+
+
 def plan_aggregate(
-    p: Planner,
+    p: Planning,
     rel: Relation,
     items: list[tuple[str | None, exp.Expr]],
     group: exp.Group | None,
     having: exp.Having | None,
 ) -> Relation:
-    text = p.text
     group_nodes = [
         _resolve_group_node(p, rel, g, items)
         for g in (group.expressions if group else [])
         if not (isinstance(g, exp.Tuple) and not g.expressions)
     ]
+    windows = _check_grouping(p, rel, group, group_nodes)
+    pre = ExprCompiler(p.text, rel, "GROUP BY", allow_time_windows=True)
+    keys = _grouping_keys(p, pre, group_nodes, windows)
+    agg_nodes = _aggregate_nodes(items, having)
+    agg_compiler = ExprCompiler(p.text, rel, "SELECT", allow_aggregates=True)
+    aggs: dict[str, tuple[Compiled, exp.AggFunc]] = {}
+    for agg in agg_nodes:
+        compiled = agg_compiler.compile(agg)
+        aggs.setdefault(compiled.sql, (compiled, agg))
+    out = _Output(_select_names(p.text, rel, items))
+    window_step_args: dict[str, object] = {}
+    kind = "aggregate"
+    if windows:
+        window = windows[0]
+        assert isinstance(window, exp.Anonymous)
+        kind = "window" if str(window.this).lower() == "window" else "session"
+        window_step_args = _plan_window(p, rel, pre, window, kind, out)
+    else:
+        anchor = group_nodes[0] if group_nodes else (agg_nodes[0] if agg_nodes else None)
+        p.state.stateful.append(_stateful(p, "aggregate", anchor, False))
+    named_keys = _name_keys(keys, out)
+    calls = _aggregate_calls(aggs, agg_compiler, out)
+    step_id = _append_aggregate_step(p, rel, kind, out, named_keys, calls, window_step_args)
+    agg_rel = Relation(
+        step_id,
+        out.fields,
+        watermarks=out.watermarks,
+        aggregated=True,
+        joined=rel.joined,
+        describe="the aggregation's output",
+    )
+    kinds = {type(n) for n in group_nodes} | {type(n) for n in agg_nodes}
+    return _project_aggregated(p, rel, agg_rel, items, having, out.replacements, kinds)
+
+
+def _check_grouping(
+    p: Planning, rel: Relation, group: exp.Group | None, group_nodes: list[exp.Expr]
+) -> list[exp.Expr]:
+    """Refuse chained aggregations and unsupported time windows; return the window(s) grouped by."""
+    text = p.text
     first_pos = text.token_offset(TokenType.GROUP_BY) if group is not None else None
     if rel.aggregated or rel.deduplicated:
         raise text.fail(
@@ -171,27 +230,36 @@ def plan_aggregate(
             "(e.g. GROUP BY session_window(ts, '5 minutes'), user_id); Spark refuses a global session window",
             windows[0],
         )
-    pre = ExprCompiler(text, rel, "GROUP BY", allow_time_windows=True)
+    return windows
+
+
+def _grouping_keys(
+    p: Planning, pre: ExprCompiler, group_nodes: list[exp.Expr], windows: list[exp.Expr]
+) -> list[tuple[Compiled, exp.Expr]]:
     keys: list[tuple[Compiled, exp.Expr]] = []
     for g in group_nodes:
         if g in windows:
             continue
         if g.find(exp.AggFunc) is not None:
-            raise text.fail("aggregate functions cannot be used in GROUP BY", g.find(exp.AggFunc))
+            raise p.text.fail("aggregate functions cannot be used in GROUP BY", g.find(exp.AggFunc))
         keys.append((pre.compile(g), g))
-    # aggregate calls, in order of first appearance
+    return keys
+
+
+def _aggregate_nodes(
+    items: list[tuple[str | None, exp.Expr]], having: exp.Having | None
+) -> list[exp.AggFunc]:
+    """The aggregate calls of the SELECT list and HAVING, in order of first appearance."""
     agg_nodes: list[exp.AggFunc] = []
     for node in [n for _, n in items] + ([having.this] if having is not None else []):
         for agg in node.find_all(exp.AggFunc):
             if agg.find_ancestor(exp.AggFunc) is None or agg.find_ancestor(exp.AggFunc) is agg:
                 agg_nodes.append(agg)
-    agg_compiler = ExprCompiler(text, rel, "SELECT", allow_aggregates=True)
-    aggs: dict[str, tuple[Compiled, exp.AggFunc]] = {}
-    for agg in agg_nodes:
-        compiled = agg_compiler.compile(agg)
-        aggs.setdefault(compiled.sql, (compiled, agg))
+    return agg_nodes
 
-    # names: prefer the SELECT's names for keys and aggregates
+
+def _select_names(text: SqlText, rel: Relation, items: list[tuple[str | None, exp.Expr]]) -> dict[str, str]:
+    """Compiled SQL -> the name the SELECT gives it (keys and aggregates prefer the SELECT's names)."""
     probe = ExprCompiler(text, rel, "SELECT", allow_aggregates=True, allow_time_windows=True)
     select_names: dict[str, str] = {}
     for explicit, node in items:
@@ -203,60 +271,50 @@ def plan_aggregate(
             select_names.setdefault(c.sql, explicit)
         elif isinstance(c.node, exp.Column | exp.Dot):
             select_names.setdefault(c.sql, c.node.name)
+    return select_names
 
-    def select_name(sql: str) -> str | None:
-        return select_names.get(sql)
 
-    used: set[str] = set()
+def _plan_window(
+    p: Planning, rel: Relation, pre: ExprCompiler, window: exp.Anonymous, kind: str, out: _Output
+) -> dict[str, object]:
+    """Name the window column and return the window (or session) arguments of the step."""
+    wc = pre.compile(window)
+    wname = out.name(wc.sql, "window" if kind == "window" else "session_window")
+    out.add(wc.sql, wname, WINDOW_STRUCT)
+    time_sql, time_watermarked, durations = _window_args(p, rel, window, kind)
+    if time_watermarked:
+        out.watermarks.add((None, wname.lower()))
+    p.state.stateful.append(_stateful(p, kind, window, time_watermarked))
+    if kind == "window":
+        spec = WindowSpec(
+            column=time_sql,
+            size=durations[0],
+            slide=durations[1] if len(durations) > 1 else None,
+            name=wname,
+        )
+        return {"window": spec}
+    return {"session": SessionWindowSpec(column=time_sql, gap=durations[0], name=wname)}
 
-    def unique(name: str | None, fallback: str) -> str:
-        chosen = name if name and name.lower() not in used else fallback
-        used.add(chosen.lower())
-        return chosen
 
-    replacements: dict[str, tuple[str, SparkType]] = {}
-    out_fields: list[Field] = []
-    watermarks: set[tuple[str | None, str]] = set()
-    window_step_args: dict[str, object] = {}
-    kind = "aggregate"
-    if windows:
-        window = windows[0]
-        assert isinstance(window, exp.Anonymous)
-        kind = "window" if str(window.this).lower() == "window" else "session"
-        wc = pre.compile(window)
-        default = "window" if kind == "window" else "session_window"
-        wname = unique(select_name(wc.sql), default)
-        replacements[wc.sql] = (wname, WINDOW_STRUCT)
-        out_fields.append(Field(wname, WINDOW_STRUCT))
-        time_sql, time_watermarked, durations = _window_args(p, rel, window, kind)
-        if time_watermarked:
-            watermarks.add((None, wname.lower()))
-        if kind == "window":
-            window_step_args["window"] = WindowSpec(
-                column=time_sql,
-                size=durations[0],
-                slide=durations[1] if len(durations) > 1 else None,
-                name=wname,
-            )
-        else:
-            window_step_args["session"] = SessionWindowSpec(column=time_sql, gap=durations[0], name=wname)
-        p.state.stateful.append(_stateful(p, kind, window, time_watermarked))
-    else:
-        anchor = group_nodes[0] if group_nodes else (agg_nodes[0] if agg_nodes else None)
-        p.state.stateful.append(_stateful(p, "aggregate", anchor, False))
+def _name_keys(keys: list[tuple[Compiled, exp.Expr]], out: _Output) -> list[NamedExpr]:
     named_keys: list[NamedExpr] = []
     for i, (compiled, _) in enumerate(keys, start=1):
-        if compiled.sql in replacements:
+        if compiled.sql in out.replacements:
             continue
         default = compiled.node.name if isinstance(compiled.node, exp.Column | exp.Dot) else f"_key_{i}"
-        kname = unique(select_name(compiled.sql), default if default.lower() not in used else f"_key_{i}")
-        replacements[compiled.sql] = (kname, compiled.type)
+        kname = out.name(compiled.sql, default if default.lower() not in out.used else f"_key_{i}")
+        out.add(compiled.sql, kname, compiled.type)
         named_keys.append(NamedExpr(name=kname, expr=compiled.sql))
-        out_fields.append(Field(kname, compiled.type))
+    return named_keys
+
+
+def _aggregate_calls(
+    aggs: dict[str, tuple[Compiled, exp.AggFunc]], agg_compiler: ExprCompiler, out: _Output
+) -> list[AggregateCall]:
     calls: list[AggregateCall] = []
     for i, (sql, (compiled, node)) in enumerate(aggs.items(), start=1):
-        aname = unique(select_name(sql), f"_agg_{i}")
-        replacements[sql] = (aname, compiled.type)
+        aname = out.name(sql, f"_agg_{i}")
+        out.add(sql, aname, compiled.type)
         function = AGGREGATES[type(node)]
         if isinstance(node.this, exp.Star) or node.this is None:
             args = ["*"]
@@ -266,52 +324,51 @@ def plan_aggregate(
             if extra is not None:
                 args.append(agg_compiler.compile(extra).sql)
         calls.append(AggregateCall(name=aname, function=function, args=args, expr=sql))  # type: ignore[arg-type]
-        out_fields.append(Field(aname, compiled.type))
-    from sluice.core.compiler.planner import field_specs
+    return calls
 
-    schema = field_specs(out_fields)
-    step_id = p.state.next_id(
-        {"aggregate": "aggregate", "window": "window-aggregate", "session": "session-aggregate"}[kind]
-    )
+
+_STEP_KINDS = {"aggregate": "aggregate", "window": "window-aggregate", "session": "session-aggregate"}
+
+
+def _append_aggregate_step(
+    p: Planning,
+    rel: Relation,
+    kind: str,
+    out: _Output,
+    named_keys: list[NamedExpr],
+    calls: list[AggregateCall],
+    window_step_args: dict[str, object],
+) -> str:
+    schema = field_specs(out.fields)
+    step_id = p.state.next_id(_STEP_KINDS[kind])
+    common: dict[str, object] = {
+        "id": step_id, "inputs": [rel.step_id], "schema_": schema, "keys": named_keys, "aggregates": calls
+    }
     if kind == "window":
-        p.state.steps.append(
-            WindowAggregateV1(
-                id=step_id,
-                inputs=[rel.step_id],
-                schema_=schema,
-                keys=named_keys,
-                aggregates=calls,
-                **window_step_args,
-            )
-        )  # type: ignore[arg-type]
+        p.state.steps.append(WindowAggregateV1(**common, **window_step_args))  # type: ignore[arg-type]
     elif kind == "session":
-        p.state.steps.append(
-            SessionWindowAggregateV1(
-                id=step_id,
-                inputs=[rel.step_id],
-                schema_=schema,
-                keys=named_keys,
-                aggregates=calls,
-                **window_step_args,
-            )
-        )  # type: ignore[arg-type]
+        p.state.steps.append(SessionWindowAggregateV1(**common, **window_step_args))  # type: ignore[arg-type]
     else:
         p.state.steps.append(
             AggregateV1(id=step_id, inputs=[rel.step_id], schema_=schema, keys=named_keys, aggregates=calls)
         )
-    agg_rel = Relation(
-        step_id,
-        out_fields,
-        watermarks=watermarks,
-        aggregated=True,
-        joined=rel.joined,
-        describe="the aggregation's output",
-    )
-    kinds = {type(n) for n in group_nodes} | {type(n) for n in agg_nodes}
+    return step_id
+
+
+def _project_aggregated(
+    p: Planning,
+    rel: Relation,
+    agg_rel: Relation,
+    items: list[tuple[str | None, exp.Expr]],
+    having: exp.Having | None,
+    replacements: dict[str, tuple[str, SparkType]],
+    kinds: set[type[exp.Expr]],
+) -> Relation:
+    """HAVING and the SELECT list over the aggregation's output."""
     if having is not None:
-        post = PostAggregateCompiler(text, agg_rel, "HAVING", rel, replacements, kinds)
+        post = PostAggregateCompiler(p.text, agg_rel, "HAVING", rel, replacements, kinds)
         agg_rel = p.add_filter(agg_rel, having.this, "HAVING", compiler=post)
-    post = PostAggregateCompiler(text, agg_rel, "SELECT", rel, replacements, kinds)
+    post = PostAggregateCompiler(p.text, agg_rel, "SELECT", rel, replacements, kinds)
     out = []
     for explicit, node in items:
         compiled = post.compile(node)
@@ -319,7 +376,7 @@ def plan_aggregate(
     return p.add_project(agg_rel, out)
 
 
-def _window_args(p: Planner, rel: Relation, window: exp.Anonymous, kind: str) -> tuple[str, bool, list[str]]:
+def _window_args(p: Planning, rel: Relation, window: exp.Anonymous, kind: str) -> tuple[str, bool, list[str]]:
     fname = str(window.this).lower()
     args = list(window.expressions)
     max_args = 3 if kind == "window" else 2
@@ -371,7 +428,5 @@ def _window_args(p: Planner, rel: Relation, window: exp.Anonymous, kind: str) ->
     return time.sql, rel.is_watermarked(field), durations
 
 
-def _stateful(p: Planner, kind: str, node: exp.Expr | None, watermarked: bool):  # type: ignore[no-untyped-def]
-    from sluice.core.compiler.planner import Stateful
-
+def _stateful(p: Planning, kind: str, node: exp.Expr | None, watermarked: bool) -> Stateful:
     return Stateful(kind, node, p.text.node_offset(node), watermarked)

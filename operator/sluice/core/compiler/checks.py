@@ -2,19 +2,16 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
+from sluice.core.compiler.base import Planning
 from sluice.core.compiler.scope import Relation, did_you_mean
+from sluice.core.compiler.sqltext import SqlFailure
 from sluice.core.errors import Problem
 from sluice.core.spec import QuerySpec
-
-if TYPE_CHECKING:
-    from sluice.core.compiler.planner import Planner
 
 MODE_FIELD = "spec.sink.outputMode"
 
 
-def check_output_mode(spec: QuerySpec, planner: Planner) -> None:
+def check_output_mode(spec: QuerySpec, planner: Planning) -> None:
     mode = spec.sink.output_mode
     stateful = planner.state.stateful
     text = planner.text
@@ -22,8 +19,6 @@ def check_output_mode(spec: QuerySpec, planner: Planner) -> None:
     joins = [s for s in stateful if s.kind == "join"]
 
     def fail(message: str, offset: int | None) -> Exception:
-        from sluice.core.compiler.sqlparse import SqlFailure
-
         if offset is None:  # nothing in the SQL to point at: the output mode is the problem
             return SqlFailure(Problem(message, field=MODE_FIELD))
         problem = text.problem(message, offset=offset)

@@ -9,7 +9,7 @@ from sqlglot import exp
 from sluice.core.compiler.casts import can_cast, cast_type_problem
 from sluice.core.compiler.intervals import IntervalError, normalize_interval
 from sluice.core.compiler.scope import Field, Relation, ambiguity_hint, did_you_mean, is_simple_identifier
-from sluice.core.compiler.sqlparse import SqlFailure, SqlText
+from sluice.core.compiler.sqltext import SqlFailure, SqlText
 from sluice.core.compiler.typerules import _ANONYMOUS, TypeRules, func_name, render
 from sluice.core.types import (
     BIGINT,

@@ -2,26 +2,24 @@
 
 from __future__ import annotations
 
-from collections import defaultdict
-from dataclasses import dataclass, field
-
 from sqlglot import exp
 from sqlglot.tokens import TokenType
 
+from sluice.core.compiler.aggregate import plan_select
+from sluice.core.compiler.base import PlanState, Stateful, field_specs
 from sluice.core.compiler.exprs import Compiled, ExprCompiler, column_node, column_text, is_time_window
+from sluice.core.compiler.joins import plan_join
 from sluice.core.compiler.scope import Field, Relation, did_you_mean
-from sluice.core.compiler.sqlparse import SqlText
+from sluice.core.compiler.sqltext import SqlText
 from sluice.core.compiler.stars import star_fields
 from sluice.core.compiler.typerules import func_name
 from sluice.core.plan.model import (
     DeduplicateV1,
-    FieldSpec,
     FilterV1,
     KafkaSourceV1,
     MalformedHandling,
     NamedExpr,
     ProjectV1,
-    Step,
     UnionV1,
     WatermarkV1,
 )
@@ -29,33 +27,9 @@ from sluice.core.spec import QuerySpec, Source
 from sluice.core.types import SparkType, parse_type
 
 
-def field_specs(fields: list[Field]) -> list[FieldSpec]:
-    return [FieldSpec(name=f.name, type=f.type.render(), qualifier=f.qualifier) for f in fields]
-
-
-@dataclass
-class Stateful:
-    """A stateful operator found while planning (for output-mode checks)."""
-
-    kind: str  # aggregate | window | session | join | dedup
-    node: exp.Expr | None
-    offset: int | None = None
-    watermarked: bool = False
-
-
-@dataclass
-class PlanState:
-    steps: list[Step] = field(default_factory=list)
-    counters: dict[str, int] = field(default_factory=lambda: defaultdict(int))
-    sources: dict[str, Relation] = field(default_factory=dict)
-    stateful: list[Stateful] = field(default_factory=list)
-
-    def next_id(self, kind: str) -> str:
-        self.counters[kind] += 1
-        return f"{kind}-{self.counters[kind]}"
-
-
 class Planner:
+    """Plans a parsed query into steps; implements ``base.Planning`` for the SELECT and join planners."""
+
     def __init__(self, spec: QuerySpec, text: SqlText, watermark_delays: dict[str, str]) -> None:
         self.spec = spec
         self.text = text
@@ -77,8 +51,6 @@ class Planner:
         if isinstance(node, exp.Union):
             return self.plan_union(node)
         if isinstance(node, exp.Select):
-            from sluice.core.compiler.aggregate import plan_select
-
             return plan_select(self, node)
         raise self.text.fail("only SELECT queries (and UNION ALL of them) are supported here", node)
 
@@ -263,8 +235,6 @@ class Planner:
 
     # -- joins -----------------------------------------------------------------------------------
     def plan_join(self, left: Relation, join: exp.Join) -> Relation:
-        from sluice.core.compiler.joins import plan_join
-
         return plan_join(self, left, join)
 
     # -- simple steps ----------------------------------------------------------------------------

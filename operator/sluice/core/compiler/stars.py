@@ -5,7 +5,7 @@ from __future__ import annotations
 from sqlglot import exp
 
 from sluice.core.compiler.scope import Field, Relation, ambiguity_hint, did_you_mean
-from sluice.core.compiler.sqlparse import SqlText
+from sluice.core.compiler.sqltext import SqlText
 
 
 def star_fields(text: SqlText, star: exp.Star, rel: Relation, fields: list[Field]) -> list[Field]:

@@ -10,7 +10,7 @@ from sqlglot.errors import ParseError
 from sqlglot.tokens import Token, TokenType
 
 from sluice.core.compiler.casts import unknown_type_message
-from sluice.core.compiler.sqlparse import SQL_FIELD, SqlFailure, SqlText
+from sluice.core.compiler.sqltext import SQL_FIELD, SqlFailure, SqlText
 from sluice.core.errors import Problem
 
 _KEYWORDS = Dialect.get_or_raise("spark").tokenizer_class.KEYWORDS

@@ -5,7 +5,7 @@ from __future__ import annotations
 from sqlglot import exp
 from sqlglot.dialects.dialect import Dialect
 
-from sluice.core.compiler.sqlparse import SqlFailure
+from sluice.core.compiler.sqltext import SqlFailure
 from sluice.core.types import (
     BIGINT,
     BOOLEAN,

@@ -5,18 +5,14 @@ one: properties may be added (optional), enum values and step types may be added
 be loosened. Incompatible: removed properties, changed types, newly required properties, removed
 enum/const values, removed step types, tightened constraints (minItems/maxItems, minLength/maxLength,
 minimum/maximum and their exclusive forms, pattern, multipleOf, uniqueItems, additionalProperties).
-``python -m sluice.core.plan.schema_compat --write`` regenerates the committed file.
+The committed file is ``plan.schema.json`` next to this module; this module reads no files:
+``python -m sluice_dev.plan_schema [--write]`` checks or regenerates it.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
-import sys
-from pathlib import Path
 from typing import Any
-
-SCHEMA_FILE = Path(__file__).with_name("plan.schema.json")
 
 Schema = dict[str, Any]
 
@@ -174,32 +170,3 @@ def _number(value: Any) -> float:
 
 def render_schema(schema: Schema) -> str:
     return json.dumps(schema, indent=2, sort_keys=True) + "\n"
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m sluice.core.plan.schema_compat", description=__doc__)
-    parser.add_argument("--write", action="store_true", help="rewrite the committed plan.schema.json")
-    args = parser.parse_args(argv)
-    committed = json.loads(SCHEMA_FILE.read_text()) if SCHEMA_FILE.exists() else {}
-    current = current_schema()
-    problems = incompatibilities(committed, current) if committed else []
-    for problem in problems:
-        print(f"incompatible: {problem}", file=sys.stderr)
-    if args.write:
-        if problems:
-            print("refusing to write an incompatible schema: add a new step version instead", file=sys.stderr)
-            return 1
-        SCHEMA_FILE.write_text(render_schema(current))
-        print(f"wrote {SCHEMA_FILE}")
-        return 0
-    if problems:
-        return 1
-    if render_schema(current) != SCHEMA_FILE.read_text():
-        print("the plan schema changed compatibly; run python -m sluice.core.plan.schema_compat --write")
-        return 1
-    print("plan schema unchanged")
-    return 0
-
-
-if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())
