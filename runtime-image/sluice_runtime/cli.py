@@ -40,39 +40,16 @@ import sys
 import threading
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from sluice_runtime.config import RunConfig
 from sluice_runtime.kafka_security import KafkaSecurity, KafkaSecurityError
 from sluice_runtime.kafka_security import from_env as kafka_security_from_env
 
 log = logging.getLogger("sluice_runtime")
 
 TRUE = {"1", "true", "yes", "on"}
-
-
-@dataclass
-class RunConfig:
-    plan: str
-    checkpoint: str
-    bootstrap: str
-    master: str = "local[2]"
-    conf: dict[str, str] = field(default_factory=dict)
-    jars: list[str] = field(default_factory=list)
-    available_now: bool = False
-    http_addr: str | None = "0.0.0.0:8080"
-    query_id: str | None = None
-    kafka: KafkaSecurity = field(default_factory=KafkaSecurity)
-    #: ids the operator assigned (``status.identity``); None: derived from the query id
-    consumer_group: str | None = None
-    transactional_id: str | None = None
-    resolve_connector: bool = False
-    #: election (None: run at once on the checkpoint, no standby)
-    lease_name: str | None = None
-    lease_namespace: str | None = None
-    pod_name: str | None = None
-    lease_seconds: float = 10.0
 
 
 class ConfigError(ValueError):

@@ -44,7 +44,7 @@ from sluice_runtime import epochs
 if TYPE_CHECKING:
     from sluice.core.plan.model import Plan
 
-    from sluice_runtime.cli import RunConfig
+    from sluice_runtime.config import RunConfig
     from sluice_runtime.elector import Elector
     from sluice_runtime.kubeapi import KubeApi
     from sluice_runtime.pipeline import Pipeline, Prepared

@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import subprocess
 import threading
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path

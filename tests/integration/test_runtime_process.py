@@ -7,7 +7,6 @@ from __future__ import annotations
 import collections
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -17,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.runtime import consume, create_topic, plan_from_yaml, produce, ts, unique
+from tests.support.runtime import consume, create_topic, free_port, plan_from_yaml, produce, ts, unique
 
 pytestmark = pytest.mark.integration
 
@@ -40,12 +39,6 @@ def _spec(src: str, out: str, delivery: str) -> str:
 """
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 class Runtime:
     def __init__(
         self,
@@ -57,7 +50,7 @@ class Runtime:
         query_id: str,
         *extra: str,
     ) -> None:
-        self.port = _free_port()
+        self.port = free_port()
         self.log = tmp / f"runtime-{time.monotonic_ns()}.log"
         cmd = [
             sys.executable,

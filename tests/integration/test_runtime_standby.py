@@ -26,9 +26,9 @@ from typing import Any
 
 import pytest
 import yaml
-from runtime_support import consume, create_topic, plan_from_yaml, unique
 from sluice.core.election import HANDOFF_REQUEST, LAST_TAKEOVER, HandoffRequest, Takeover
-from test_runtime_process import _free_port
+
+from tests.support.runtime import consume, create_topic, free_port, plan_from_yaml, unique
 
 pytestmark = pytest.mark.integration
 
@@ -133,7 +133,7 @@ class Driver:
                             "nodeSelector": {"sluice.dev/no-such-node": "true"}}})
         self.pod = pod
         self.api = api
-        self.port = _free_port()
+        self.port = free_port()
         self.log = tmp / f"{pod}-{time.monotonic_ns()}.log"
         cmd = [sys.executable, "-m", "sluice_runtime.cli", "run", "--plan", str(plan), "--checkpoint",
                str(checkpoint), "--bootstrap", kafka, "--query-id", "standby-test", "--jars",

@@ -172,3 +172,12 @@ def final_by_key(rows: list[dict[str, Any]], key: Any) -> dict[Any, dict[str, An
     for r in rows:
         out[key(r)] = r
     return out
+
+
+def free_port() -> int:
+    """A free TCP port on loopback (for a runtime's HTTP endpoint)."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
