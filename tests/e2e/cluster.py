@@ -112,8 +112,12 @@ class E2ECluster:
         return None
 
     def signal_pod(self, pod: dict[str, Any], sig: int) -> None:
-        """Send ``sig`` to a driver pod's runtime process (and its JVM) from outside the pod."""
-        status = pod["status"]["containerStatuses"][0]
+        """Send ``sig`` to a driver pod's runtime process (and its JVM) from outside the pod
+        (the pod is read again first: its container may have restarted since)."""
+        fresh = self.get("pod", pod["metadata"]["namespace"], pod["metadata"]["name"])
+        assert fresh is not None, f"pod {pod['metadata']['name']} is gone"
+        status = fresh["status"]["containerStatuses"][0]
+        assert status.get("state", {}).get("running"), f"container not running: {status}"
         if self.kind == "kind":
             cid = status["containerID"].split("://", 1)[1]
             node = pod["spec"]["nodeName"]
@@ -142,6 +146,10 @@ class E2ECluster:
         for pod in out.split():
             parts.append(f"--- logs of {pod} (last 40 lines)")
             parts.append(self.kubectl("logs", "-n", namespace, pod, "--tail=40", check=False))
+            previous = self.kubectl("logs", "-n", namespace, pod, "--previous", "--tail=20", check=False)
+            if previous.strip():
+                parts.append(f"--- previous container of {pod} (last 20 lines)\n{previous}")
+        parts.append(self.kubectl("get", "leases", "-n", namespace, "-o", "yaml", check=False))
         return "\n".join(parts)
 
     def new_namespace(self) -> str:

@@ -59,3 +59,13 @@ def cluster(request: pytest.FixtureRequest) -> Iterator[E2ECluster]:
         cluster = E2ECluster(kubeconfig=kube.kubeconfig, kubectl_bin=kubectl, bootstrap=bootstrap)
         cluster.kubectl("delete", "node", nodeagent.NODE_NAME, "--ignore-not-found", "--wait=false",
                         check=False)
+
+
+@pytest.fixture
+def ns(cluster: E2ECluster) -> Iterator[str]:
+    """A fresh namespace per test; its queries and the namespace are deleted afterwards."""
+    name = cluster.new_namespace()
+    yield name
+    cluster.kubectl("delete", "streamingqueries", "--all", "-n", name, "--wait=true", "--timeout=120s",
+                    check=False)
+    cluster.kubectl("delete", "namespace", name, "--wait=false", check=False)

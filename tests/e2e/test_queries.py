@@ -84,15 +84,6 @@ def ts(second: int) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(1_700_000_000 + second)) + "Z"
 
 
-@pytest.fixture
-def ns(cluster: E2ECluster) -> Any:
-    name = cluster.new_namespace()
-    yield name
-    cluster.kubectl("delete", "streamingqueries", "--all", "-n", name, "--wait=true", "--timeout=120s",
-                    check=False)
-    cluster.kubectl("delete", "namespace", name, "--wait=false", check=False)
-
-
 def wait_ready(cluster: E2ECluster, ns: str, name: str) -> None:
     cluster.wait_for(f"StreamingQuery {ns}/{name} Ready",
                      lambda: cluster.query_condition(ns, name, "Ready") == "True", READY_TIMEOUT)

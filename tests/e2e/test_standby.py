@@ -150,6 +150,8 @@ def test_failover_without_the_operator_and_a_zombie_that_stops(cluster: E2EClust
         time.sleep(4)
         sent = feed.stop()
         assert_exactly_once(cluster, ns, out, sent)
+    except Exception as exc:
+        raise AssertionError(f"{exc}\n{cluster.diagnostics(ns)}") from exc
     finally:
         feed.stop()
         if operator_stopped and cluster.start_operator is not None:
@@ -197,5 +199,7 @@ def test_restart_hands_off_to_a_warm_replacement_and_standby_count_changes(
         time.sleep(4)
         sent = feed.stop()
         assert_exactly_once(cluster, ns, out, sent)
+    except Exception as exc:
+        raise AssertionError(f"{exc}\n{cluster.diagnostics(ns)}") from exc
     finally:
         feed.stop()
