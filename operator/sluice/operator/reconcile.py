@@ -25,12 +25,13 @@ from sluice.core.rollout import (
     outcome_of,
     upgrade_record,
 )
-from sluice.core.status import EventReason, Facts, Reason, StatusProblem, status_changed
+from sluice.core.status import EventReason, Facts, Reason, StatusProblem
 from sluice.crd.querycluster import QueryClusterSpec
 from sluice.crd.streamingquery import StreamingQuerySpec
 from sluice.operator import builders, driverlease, legacy
 from sluice.operator.builders.context import QueryContext
 from sluice.operator.builders.storage import owner_patch
+from sluice.operator.cluster import CLUSTER_REVISION, poke_queries_of_cluster, reconcile_cluster
 from sluice.operator.common import (
     DEFAULT_CLUSTER,
     MAX_BACKOFF,
@@ -44,8 +45,8 @@ from sluice.operator.common import (
     backoff,
     read_kafka_secrets,
 )
+from sluice.operator.deletion import KAFKA_DELETE_RETRIES, delete_query
 from sluice.operator.kafka_admin import KafkaUnavailable, sink_topic_settings
-from sluice.operator.kube import KubeError
 
 __all__ = [
     "CLUSTER_REVISION",
@@ -324,164 +325,3 @@ def _converge(run: QueryRun, ctx: QueryContext, plan_hash: str, config_map: str,
     if ctx.driver_replicas == 0:
         return False
     return driverlease.active_ready(kube, ctx.namespace, lease)
-
-
-# --------------------------------------------------------------------------------------------
-# deletion
-# --------------------------------------------------------------------------------------------
-
-KAFKA_DELETE_RETRIES = 3
-
-
-def delete_query(env: Env, body: dict[str, Any], retry: int, runtime_seconds: float) -> None:
-    """Finalizer: drain the driver, then apply the deletion policy; never hang."""
-    run = QueryRun(env, body, dict(body.get("status") or {}))
-    ns, name = run.ns, run.name
-    spec_raw = body.get("spec") or {}
-    policy = spec_raw.get("deletionPolicy", "Retain")
-    try:
-        spec: StreamingQuerySpec | None = StreamingQuerySpec.model_validate(spec_raw)
-    except ValidationError:
-        spec = None
-    from sluice.core.naming import QueryNames
-
-    names = QueryNames.for_query(name)
-    if run.status.get("phase") != "Deleting":
-        try:
-            run.write({}, Facts(generation=run.generation, deleting=True,
-                                plan_pinned=bool(run.status.get("plan"))))
-        except KubeError as exc:
-            log.warning("cannot mark %s/%s as deleting: %s", ns, name, exc)
-
-    cluster: QueryClusterSpec | None = None
-    cluster_name = run.status.get("cluster") or (
-        spec.cluster_ref.name if spec and spec.cluster_ref else DEFAULT_CLUSTER
-    )
-    cluster_obj = env.kube.get("QueryCluster", ns, cluster_name)
-    if cluster_obj is not None:
-        try:
-            cluster = QueryClusterSpec.model_validate(cluster_obj.get("spec") or {})
-        except ValidationError:
-            cluster = None
-    drain_budget = (cluster.drain_seconds if cluster else 120) + 30
-
-    # 1. drain: scale to zero; the pod's termination grace lets the runtime finish and commit
-    deployment = env.kube.get("Deployment", ns, names.driver)
-    if deployment is not None and deployment["spec"].get("replicas", 0) != 0:
-        env.kube.patch("Deployment", ns, names.driver, {"spec": {"replicas": 0}})
-        run.event("Normal", EventReason.DRAINING, "draining the drivers before deletion")
-    pods = env.kube.list("Pod", ns, driverlease.driver_selector(names.base))
-    if pods:
-        if runtime_seconds < drain_budget:
-            raise Retry(f"waiting for {len(pods)} driver pod(s) to drain", 5)
-        run.event("Warning", EventReason.DRAIN_TIMED_OUT,
-                  f"driver did not stop within {drain_budget}s; deleting anyway")
-
-    # 2. deletion policy
-    if policy == "Delete":
-        if spec is not None and cluster is not None:
-            try:
-                admin = env.topic_admin(ns, cluster)
-                if admin.delete_topic(spec.sink.topic):
-                    run.event("Normal", EventReason.TOPIC_DELETED, f"deleted topic {spec.sink.topic!r}")
-            except (KafkaUnavailable, Retry) as exc:
-                if retry < KAFKA_DELETE_RETRIES:
-                    raise Retry(f"cannot delete the output topic yet: {exc}", backoff(retry, 2)) from exc
-                run.event("Warning", EventReason.TOPIC_CLEANUP_FAILED,
-                          f"gave up deleting topic {spec.sink.topic!r} after {retry} retries: {exc}")
-        else:
-            run.event("Warning", EventReason.TOPIC_CLEANUP_FAILED,
-                      f"QueryCluster {cluster_name!r} or the spec is unavailable; output topic left in place")
-        if env.kube.delete("PersistentVolumeClaim", ns, names.state_claim):
-            run.event("Normal", EventReason.STATE_DELETED, f"deleted state volume claim {names.state_claim}")
-    else:
-        claim = env.kube.get("PersistentVolumeClaim", ns, names.state_claim)
-        if claim is not None:
-            if claim["metadata"].get("ownerReferences"):
-                env.kube.patch("PersistentVolumeClaim", ns, names.state_claim,
-                               {"metadata": {"ownerReferences": []}})
-            run.event("Normal", EventReason.STATE_RETAINED,
-                      f"kept state volume claim {names.state_claim} and the output topic")
-    env.metrics.phase(f"{ns}/{name}", None)
-
-
-# --------------------------------------------------------------------------------------------
-# QueryCluster
-# --------------------------------------------------------------------------------------------
-
-
-CLUSTER_REVISION = "sluice.dev/cluster-revision"
-
-
-def poke_queries_of_cluster(env: Env, body: dict[str, Any]) -> int:
-    """Annotate the cluster's queries with its revision so kopf reconciles each (one at a time).
-
-    The annotation changes the queries' metadata, which fires their update handler through
-    kopf's per-object queue, so the fan-out never races a reconcile already running.
-    """
-    meta = body["metadata"]
-    ns, name = meta["namespace"], meta["name"]
-    revision = f"{str(meta.get('uid', ''))[:8]}-{meta.get('generation')}"
-    poked = 0
-    for sq in env.kube.list("StreamingQuery", ns):
-        ref = ((sq.get("spec") or {}).get("clusterRef") or {}).get("name") or DEFAULT_CLUSTER
-        annotations = sq["metadata"].get("annotations") or {}
-        if ref != name or annotations.get(CLUSTER_REVISION) == revision:
-            continue
-        if sq["metadata"].get("deletionTimestamp"):
-            continue
-        try:
-            env.kube.patch("StreamingQuery", ns, sq["metadata"]["name"],
-                           {"metadata": {"annotations": {CLUSTER_REVISION: revision}}})
-            poked += 1
-        except KubeError as exc:
-            if exc.status != 404:
-                raise
-    return poked
-
-
-def reconcile_cluster(env: Env, body: dict[str, Any], retry: int = 0) -> str:
-    from sluice.operator.builders.context import default_image
-
-    meta = body["metadata"]
-    ns, name = meta["namespace"], meta["name"]
-    status = dict(body.get("status") or {})
-    now = env.clock()
-    conditions = list(status.get("conditions") or [])
-    from sluice.core.status import set_condition
-
-    def write(phase: str, updates: dict[str, Any]) -> None:
-        new = {"observedGeneration": meta.get("generation"), "phase": phase, "conditions": conditions,
-               **updates}
-        if status_changed(status, new):
-            env.kube.patch_status("QueryCluster", ns, name, new)
-
-    try:
-        spec = QueryClusterSpec.model_validate(body.get("spec") or {})
-    except ValidationError as exc:
-        problems = validation_problems(exc, "spec")
-        message = "; ".join(f"{p.field}: {p.message}" for p in problems)
-        conditions = set_condition(conditions, "Degraded", True, Reason.CLUSTER_INVALID, message, now,
-                                   meta.get("generation"))
-        conditions = set_condition(conditions, "Ready", False, Reason.CLUSTER_INVALID, message, now,
-                                   meta.get("generation"))
-        write("Degraded", {})
-        raise Stop(message) from exc
-    image = spec.image or default_image()
-    try:
-        env.topic_admin(ns, spec).topics()
-    except (KafkaUnavailable, Retry) as exc:
-        message = f"Kafka at {spec.kafka.bootstrap_servers} is unreachable: {exc}"
-        conditions = set_condition(conditions, "Degraded", True, Reason.KAFKA_UNREACHABLE, message, now,
-                                   meta.get("generation"))
-        conditions = set_condition(conditions, "Ready", False, Reason.KAFKA_UNREACHABLE, message, now,
-                                   meta.get("generation"))
-        write("Degraded", {"image": image})
-        raise Retry(message, backoff(retry, 10)) from exc
-    conditions = set_condition(conditions, "Degraded", False, Reason.AS_EXPECTED, "", now,
-                               meta.get("generation"))
-    conditions = set_condition(conditions, "Ready", True, Reason.KAFKA_REACHABLE,
-                               f"Kafka at {spec.kafka.bootstrap_servers} answers", now,
-                               meta.get("generation"))
-    write("Ready", {"image": image})
-    return "Ready"
