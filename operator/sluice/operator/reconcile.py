@@ -1,8 +1,11 @@
-"""Reconcile orchestration: pure decisions (core.rollout, core.status, builders) + API calls.
+"""StreamingQuery reconcile (create, update, resume): validate the spec, find the cluster, compile,
+ensure the sink topic, then let the rollout executor (``rollout.advance``) carry out the rollout
+state machine, and write the conditions.
 
-Handlers stay thin and call into here. Nothing in this module imports kopf: retries are asked
-for by raising ``Retry`` (temporary) or ``Stop`` (wait for the next spec edit); the handler
-modules translate them into kopf's errors. Status is written *before* acting (write-ahead log).
+The rest of the reconcile lives beside it: ``common`` (``Env``, ``QueryRun``, ``Retry``,
+``Stop``), ``rollout`` (the executor), ``workload`` (the workload objects), ``deletion`` (the
+finalizer) and ``cluster`` (QueryCluster). The names other code imported from this module
+before the split are still importable from here (``__all__``).
 """
 
 from __future__ import annotations
@@ -14,23 +17,12 @@ from pydantic import ValidationError
 
 from sluice.core.errors import CompileError
 from sluice.core.manifest import validation_problems
-from sluice.core.plan.model import Plan
-from sluice.core.rollout import (
-    Action,
-    Step,
-    classified_rollout,
-    completed_plan,
-    creation_rollout,
-    next_action,
-    outcome_of,
-    upgrade_record,
-)
-from sluice.core.status import EventReason, Facts, Reason, StatusProblem
+from sluice.core.rollout import Step
+from sluice.core.status import EventReason, Reason, StatusProblem
 from sluice.crd.querycluster import QueryClusterSpec
 from sluice.crd.streamingquery import StreamingQuerySpec
-from sluice.operator import builders, driverlease, legacy
+from sluice.operator import builders
 from sluice.operator.builders.context import QueryContext
-from sluice.operator.builders.storage import owner_patch
 from sluice.operator.cluster import CLUSTER_REVISION, poke_queries_of_cluster, reconcile_cluster
 from sluice.operator.common import (
     DEFAULT_CLUSTER,
@@ -47,6 +39,8 @@ from sluice.operator.common import (
 )
 from sluice.operator.deletion import KAFKA_DELETE_RETRIES, delete_query
 from sluice.operator.kafka_admin import KafkaUnavailable, sink_topic_settings
+from sluice.operator.rollout import advance
+from sluice.operator.workload import _identity_status
 
 __all__ = [
     "CLUSTER_REVISION",
@@ -147,33 +141,11 @@ def reconcile_query(env: Env, body: dict[str, Any], retry: int = 0) -> str:
         run.event("Normal", EventReason.TOPIC_CREATED,
                   f"created topic {result.topic!r} ({partitions} partitions, replication {replication})")
 
+    # 5. the rollout state machine, carried out step by step, and the workload objects
     base_updates: dict[str, Any] = {"cluster": cluster_name, "lastCompileError": None}
-    ready = False
-    for _ in range(4):  # each turn moves the state machine by one step
-        action = next_action(run.status.get("plan"), run.status.get("rollout"), plan_hash)
-        log.debug("%s/%s: %s", run.ns, run.name, action.kind)
-        if action.kind == "create":
-            ready = _create(run, ctx, plan, plan_hash, plan_json, base_updates)
-        elif action.kind == "resume":
-            ready = _resume(run, ctx, plan, plan_hash, plan_json, action)
-            if (action.rollout or {}).get("targetHash") == plan_hash:
-                break
-            continue
-        elif action.kind == "classify":
-            ready = _classify(run, ctx, spec, cluster, plan, plan_hash, plan_json, base_updates)
-            if run.status.get("rollout", {}).get("step") == Step.APPLYING:
-                continue
-        elif action.kind == "cancel":
-            record = dict(run.status.get("lastUpgrade") or {})
-            if record:
-                record["outcome"] = "Cancelled"
-            run.write({"rollout": None, "lastUpgrade": record or None})
-            run.event("Normal", EventReason.UPGRADE_CANCELLED, "the spec is back at the running plan")
-            continue
-        else:  # steady or wait: keep the workload converged on the pinned plan
-            ready = _converge(run, ctx, run.status["plan"]["hash"], run.status["plan"]["configMap"])
-        break
+    ready = advance(run, ctx, spec, cluster, plan, plan_hash, plan_json, base_updates)
 
+    # 6. observedGeneration, conditions and phase
     problem = None
     rollout = run.status.get("rollout")
     if rollout and rollout.get("step") == Step.REJECTED:
@@ -182,146 +154,3 @@ def reconcile_query(env: Env, body: dict[str, Any], retry: int = 0) -> str:
     phase = str(run.status.get("phase"))
     env.metrics.phase(f"{run.ns}/{run.name}", phase)  # also counts queries that did not change
     return phase
-
-
-def _identity_status(ctx: QueryContext) -> dict[str, Any]:
-    ident = ctx.identity
-    return {
-        "serviceId": ident.service_id,
-        "queryId": ident.query_id,
-        "consumerGroup": ident.consumer_group,
-        "transactionalId": ident.transactional_id,
-        "checkpointPath": ident.checkpoint_path,
-    }
-
-
-def _ensure_plan_config_map(run: QueryRun, ctx: QueryContext, plan_hash: str, plan_json: str) -> str:
-    cm = builders.plan_config_map(ctx, plan_hash, plan_json)
-    run.env.kube.ensure(cm, probe_first=True)
-    return str(cm["metadata"]["name"])
-
-
-def _create(run: QueryRun, ctx: QueryContext, plan: Plan, plan_hash: str, plan_json: str,
-            base: dict[str, Any]) -> bool:
-    cm_name = ctx.names.plan_config_map(plan_hash)
-    rollout = creation_rollout(plan_hash, cm_name, run.env.clock())
-    # write-ahead: the target plan and the step, before anything that uses them exists
-    run.write({**base, "rollout": rollout, "identity": _identity_status(ctx)},
-              Facts(generation=run.generation, rollout_step=Step.DEPLOYING, suspended=ctx.spec.suspend))
-    return _finish(run, ctx, plan, plan_hash, plan_json, rollout)
-
-
-def _finish(run: QueryRun, ctx: QueryContext, plan: Plan | None, plan_hash: str, plan_json: str | None,
-            rollout: dict[str, Any]) -> bool:
-    """Carry out an in-flight rollout (Deploying / Applying) and mark it done."""
-    cm_name = rollout["targetConfigMap"]
-    if plan_json is not None:
-        _ensure_plan_config_map(run, ctx, plan_hash, plan_json)
-    ready = _converge(run, ctx, rollout["targetHash"], cm_name, fresh=rollout["step"] == Step.DEPLOYING)
-    previous = run.status.get("plan")
-    updates: dict[str, Any] = {"plan": completed_plan(rollout, plan.version if plan else None),
-                               "rollout": None}
-    if rollout["step"] == Step.APPLYING:
-        record = dict(run.status.get("lastUpgrade") or {})
-        if record.get("toHash") == rollout["targetHash"]:
-            record["outcome"] = "Applied"
-            updates["lastUpgrade"] = record
-    run.write(updates)
-    if rollout["step"] == Step.DEPLOYING:
-        run.event("Normal", EventReason.PLAN_PINNED, f"plan {plan_hash[:12]} pinned in ConfigMap {cm_name}")
-        run.event("Normal", EventReason.WORKLOAD_CREATED, f"driver Deployment {ctx.names.driver} created "
-                  f"({ctx.driver_replicas} replicas)")
-    else:
-        run.event("Normal", EventReason.UPGRADE_APPLIED,
-                  f"plan {(previous or {}).get('hash', '?')[:12]} -> {plan_hash[:12]} applied in place")
-    return ready
-
-
-def _resume(run: QueryRun, ctx: QueryContext, plan: Plan, plan_hash: str, plan_json: str,
-            action: Action) -> bool:
-    rollout = action.rollout or {}
-    target = rollout.get("targetHash")
-    if target == plan_hash:
-        return _finish(run, ctx, plan, plan_hash, plan_json, rollout)
-    # the spec moved on while the rollout was in flight: finish it from the pinned ConfigMap
-    cm = run.env.kube.get("ConfigMap", run.ns, rollout.get("targetConfigMap") or "")
-    if cm is None:
-        run.write({"rollout": None})  # never started: forget it; the next turn re-plans
-        return False
-    return _finish(run, ctx, None, str(target), None, rollout)
-
-
-def _classify(run: QueryRun, ctx: QueryContext, spec: StreamingQuerySpec, cluster: QueryClusterSpec,
-              plan: Plan, plan_hash: str, plan_json: str, base: dict[str, Any]) -> bool:
-    pinned = run.status["plan"]
-    policy = spec.upgrade or cluster.upgrade
-    old_cm = run.env.kube.get("ConfigMap", run.ns, pinned["configMap"])
-    if old_cm is None:
-        category, decision = "unsupported", "reject"
-        reasons = [f"the pinned plan ConfigMap {pinned['configMap']} is missing"]
-        changes: list[str] = []
-    else:
-        from sluice.core.naming import PLAN_FILE
-
-        old = Plan.from_json(old_cm["data"][PLAN_FILE])
-        result = run.env.classify(old, plan, policy)
-        category, decision = str(result.category), str(result.decision)
-        reasons = [str(r) for r in result.reasons]
-        changes = [getattr(c, "message", str(c)) for c in result.changes]
-    run.env.metrics.upgrades.labels(category=category, decision=decision).inc()
-    cm_name = ctx.names.plan_config_map(plan_hash)
-    now = run.env.clock()
-    rollout = classified_rollout(pinned=pinned, target_hash=plan_hash, target_config_map=cm_name,
-                                 category=category, decision=decision,
-                                 allow_replace=policy.allow_replace, now=now)
-    record = upgrade_record(from_hash=pinned["hash"], rollout=rollout, outcome=outcome_of(rollout["step"]),
-                            reasons=reasons, changes=changes, now=now)
-    if rollout["step"] == Step.APPLYING:
-        record["outcome"] = "Applying"
-    run.write({**base, "rollout": rollout, "lastUpgrade": record})  # write-ahead
-    summary = f"{category} change: {decision}" + (f" ({reasons[0]})" if reasons else "")
-    run.event("Normal", EventReason.UPGRADE_CLASSIFIED, summary)
-    if rollout["step"] == Step.AWAITING_UPGRADE:
-        run.event("Normal", EventReason.UPGRADE_PENDING, rollout["message"])
-    elif rollout["step"] == Step.REJECTED:
-        run.event("Warning", EventReason.UPGRADE_REJECTED, rollout["message"] + f": {summary}")
-    if rollout["step"] == Step.APPLYING:
-        _ensure_plan_config_map(run, ctx, plan_hash, plan_json)
-        return False
-    # waiting or rejected: the workload stays on the pinned plan
-    return _converge(run, ctx, pinned["hash"], pinned["configMap"])
-
-
-def _converge(run: QueryRun, ctx: QueryContext, plan_hash: str, config_map: str, fresh: bool = False) -> bool:
-    """Create-or-converge every workload object; returns whether the active driver is ready."""
-    kube = run.env.kube
-    if not fresh and ctx.uid not in run.env._legacy_checked:  # once per query and operator process
-        retired = legacy.retire_driver_statefulset(kube, ctx.namespace, ctx.names.driver)
-        if retired == "deleted":
-            run.event("Normal", EventReason.DRAINING,
-                      f"stopping the driver StatefulSet {ctx.names.driver} of an earlier operator version")
-        if retired != "gone":
-            raise Retry(f"waiting for the old driver StatefulSet {ctx.names.driver} to go", 5)
-        run.env._legacy_checked.add(ctx.uid)
-    lease: dict[str, Any] | None = None
-    for obj in builders.workload_objects(ctx, plan_hash, config_map):
-        existing, outcome = kube.ensure(obj, probe_first=not fresh)
-        kind = obj["kind"]
-        if kind == "PersistentVolumeClaim" and outcome == "unchanged":
-            owners = existing["metadata"].get("ownerReferences") or []
-            wants_owner = not ctx.retain_state
-            if bool(owners) != wants_owner:
-                kube.patch("PersistentVolumeClaim", ctx.namespace, ctx.names.state_claim, owner_patch(ctx))
-        if kind == "Lease":
-            lease = driverlease.adopt(kube, ctx, existing)
-            lease = driverlease.forward_handoff(kube, run.body, lease)
-        if kind == "Deployment":
-            replicas = obj["spec"]["replicas"]
-            was_suspended = run.status.get("phase") == "Suspended"
-            if replicas == 0 and not was_suspended and not fresh:
-                run.event("Normal", EventReason.SUSPENDED, "drivers scaled to 0 (draining); state kept")
-            elif replicas >= 1 and was_suspended:
-                run.event("Normal", EventReason.RESUMED, f"drivers scaled to {replicas}")
-    if ctx.driver_replicas == 0:
-        return False
-    return driverlease.active_ready(kube, ctx.namespace, lease)
