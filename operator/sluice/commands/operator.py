@@ -117,11 +117,11 @@ def run_operator(args: argparse.Namespace, stop: threading.Event | None = None,
     """
     import kopf
 
+    from sluice.operator.common import Env
     from sluice.operator.handlers import _common
     from sluice.operator.kube import Kube
     from sluice.operator.leader import LeaderElector
     from sluice.operator.main import build_registry
-    from sluice.operator.reconcile import Env
 
     stop = stop or threading.Event()
     api = api_client(args.kubeconfig)

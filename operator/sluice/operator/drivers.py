@@ -18,9 +18,9 @@ from sluice.core import election
 from sluice.core.naming import QueryNames
 from sluice.core.status import EventReason, Facts, Reason, StatusProblem, get_condition
 from sluice.crd.streamingquery import StreamingQuerySpec
+from sluice.operator.common import Env, QueryRun, _facts
 from sluice.operator.driverlease import driver_selector
 from sluice.operator.kube import KubeError
-from sluice.operator.reconcile import Env, QueryRun, _facts
 
 log = logging.getLogger("sluice.operator")
 

@@ -1,200 +1,68 @@
-"""Reconcile orchestration: pure decisions (core.rollout, core.status, builders) + API calls.
+"""StreamingQuery reconcile (create, update, resume): validate the spec, find the cluster, compile,
+ensure the sink topic, then let the rollout executor (``rollout.advance``) carry out the rollout
+state machine, and write the conditions.
 
-Handlers stay thin and call into here. Nothing in this module imports kopf: retries are asked
-for by raising ``Retry`` (temporary) or ``Stop`` (wait for the next spec edit); the handler
-modules translate them into kopf's errors. Status is written *before* acting (write-ahead log).
+The rest of the reconcile lives beside it: ``common`` (``Env``, ``QueryRun``, ``Retry``,
+``Stop``), ``rollout`` (the executor), ``workload`` (the workload objects), ``deletion`` (the
+finalizer) and ``cluster`` (QueryCluster). The names other code imported from this module
+before the split are still importable from here (``__all__``).
 """
 
 from __future__ import annotations
 
-import base64
 import logging
-from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
 from pydantic import ValidationError
 
 from sluice.core.errors import CompileError
 from sluice.core.manifest import validation_problems
-from sluice.core.plan.model import Plan
-from sluice.core.rollout import (
-    Action,
-    Step,
-    classified_rollout,
-    completed_plan,
-    creation_rollout,
-    next_action,
-    outcome_of,
-    upgrade_record,
-)
-from sluice.core.status import (
-    EventReason,
-    Facts,
-    Reason,
-    StatusProblem,
-    get_condition,
-    now_rfc3339,
-    phase_transition,
-    reduce_status,
-    status_changed,
-)
+from sluice.core.rollout import Step
+from sluice.core.status import EventReason, Reason, StatusProblem
 from sluice.crd.querycluster import QueryClusterSpec
 from sluice.crd.streamingquery import StreamingQuerySpec
-from sluice.operator import builders, driverlease, legacy
+from sluice.operator import builders
 from sluice.operator.builders.context import QueryContext
-from sluice.operator.builders.storage import owner_patch
-from sluice.operator.kafka_admin import KafkaUnavailable, TopicAdmin, admin_config, sink_topic_settings
-from sluice.operator.kube import Kube, KubeError
-from sluice.operator.metrics import OperatorMetrics, metrics
+from sluice.operator.cluster import CLUSTER_REVISION, poke_queries_of_cluster, reconcile_cluster
+from sluice.operator.common import (
+    DEFAULT_CLUSTER,
+    MAX_BACKOFF,
+    Env,
+    EventSink,
+    QueryRun,
+    Retry,
+    Stop,
+    _facts,
+    _problem,
+    backoff,
+    read_kafka_secrets,
+)
+from sluice.operator.deletion import KAFKA_DELETE_RETRIES, delete_query
+from sluice.operator.kafka_admin import KafkaUnavailable, sink_topic_settings
+from sluice.operator.rollout import advance
+from sluice.operator.workload import _identity_status
+
+__all__ = [
+    "CLUSTER_REVISION",
+    "DEFAULT_CLUSTER",
+    "KAFKA_DELETE_RETRIES",
+    "MAX_BACKOFF",
+    "Env",
+    "EventSink",
+    "QueryRun",
+    "Retry",
+    "Stop",
+    "_facts",
+    "_identity_status",
+    "backoff",
+    "delete_query",
+    "poke_queries_of_cluster",
+    "read_kafka_secrets",
+    "reconcile_cluster",
+    "reconcile_query",
+]
 
 log = logging.getLogger("sluice.operator")
-
-DEFAULT_CLUSTER = "default"
-MAX_BACKOFF = 300.0
-
-
-class Retry(Exception):
-    """Something outside our control is missing or down: retry later with back-off."""
-
-    def __init__(self, message: str, delay: float) -> None:
-        super().__init__(message)
-        self.delay = delay
-
-
-class Stop(Exception):
-    """The spec is wrong: nothing to do until it changes (status says why)."""
-
-
-def backoff(retry: int, base: float = 5.0) -> float:
-    return min(MAX_BACKOFF, base * (2 ** min(retry, 10)))
-
-
-EventSink = Callable[[dict[str, Any], str, str, str], None]
-
-
-def _no_events(body: dict[str, Any], type_: str, reason: str, message: str) -> None:
-    log.info("event %s %s: %s", type_, reason, message)
-
-
-@dataclass
-class Env:
-    kube: Kube
-    events: EventSink = _no_events
-    clock: Callable[[], str] = now_rfc3339
-    metrics: OperatorMetrics = field(default_factory=metrics)
-    kafka_timeout: float = 10.0
-    _admins: dict[str, TopicAdmin] = field(default_factory=dict)
-    #: queries (uid) checked for a driver StatefulSet of an earlier operator version
-    _legacy_checked: set[str] = field(default_factory=set)
-
-    def compile(self, spec: Any) -> Plan:
-        from sluice.core.compiler import compile_query
-
-        return compile_query(spec)
-
-    def classify(self, old: Plan, new: Plan, policy: Any) -> Any:
-        from sluice.core.classify import classify
-
-        return classify(old, new, policy)
-
-    def topic_admin(self, namespace: str, cluster: QueryClusterSpec) -> TopicAdmin:
-        secrets = read_kafka_secrets(self.kube, namespace, cluster)
-        key = f"{namespace}/{cluster.kafka.bootstrap_servers}/{sorted(secrets.items())!r}"
-        admin = self._admins.get(key)
-        if admin is None:
-            admin = TopicAdmin(admin_config(cluster.kafka, secrets), timeout=self.kafka_timeout)
-            self._admins[key] = admin
-        return admin
-
-
-def read_kafka_secrets(kube: Kube, namespace: str, cluster: QueryClusterSpec) -> dict[str, str]:
-    refs: dict[str, Any] = {}
-    if cluster.kafka.tls is not None:
-        refs.update(ca=cluster.kafka.tls.ca_secret, cert=cluster.kafka.tls.cert_secret,
-                    key=cluster.kafka.tls.key_secret)
-    if cluster.kafka.sasl is not None:
-        refs.update(username=cluster.kafka.sasl.username_secret, password=cluster.kafka.sasl.password_secret)
-    out: dict[str, str] = {}
-    for key, ref in refs.items():
-        if ref is None:
-            continue
-        secret = kube.get("Secret", namespace, ref.name)
-        data = (secret or {}).get("data", {})
-        if ref.key not in data:
-            raise Retry(f"Secret {ref.name!r} has no key {ref.key!r}", 30)
-        out[key] = base64.b64decode(data[ref.key]).decode()
-    return out
-
-
-# --------------------------------------------------------------------------------------------
-# StreamingQuery
-# --------------------------------------------------------------------------------------------
-
-
-@dataclass
-class QueryRun:
-    """One reconcile of one StreamingQuery: the object, its status as we last wrote it."""
-
-    env: Env
-    body: dict[str, Any]
-    status: dict[str, Any]
-
-    @property
-    def ns(self) -> str:
-        return str(self.body["metadata"]["namespace"])
-
-    @property
-    def name(self) -> str:
-        return str(self.body["metadata"]["name"])
-
-    @property
-    def generation(self) -> int | None:
-        return self.body["metadata"].get("generation")
-
-    def write(self, updates: dict[str, Any], facts: Facts | None = None, *,
-              resource_version: str | None = None) -> bool:
-        """Merge ``updates`` (None deletes a key) and the reduced conditions into the status;
-        returns whether anything was written. ``resource_version``: only if the object is still
-        at that version (a 409 ``KubeError`` otherwise)."""
-        new = dict(self.status)
-        new.update(updates)
-        if facts is not None:
-            new.update(reduce_status(self.status, facts, self.env.clock()))
-        patch = {k: v for k, v in new.items() if self.status.get(k) != v}
-        if not patch:
-            return False
-        self.env.kube.patch_status("StreamingQuery", self.ns, self.name, patch, resource_version)
-        transition = phase_transition(self.status, new)
-        self.status = {k: v for k, v in new.items() if v is not None}
-        if transition:
-            self.env.metrics.phase(f"{self.ns}/{self.name}", transition[1])
-        return True
-
-    def event(self, type_: str, reason: EventReason, message: str) -> None:
-        self.env.events(self.body, type_, str(reason), message)
-
-
-def _facts(run: QueryRun, spec: StreamingQuerySpec | None, *, problem: StatusProblem | None = None,
-           driver_ready: bool = False) -> Facts:
-    rollout = run.status.get("rollout")
-    return Facts(
-        generation=run.generation,
-        suspended=bool(spec.suspend) if spec else False,
-        problem=problem,
-        plan_pinned=bool(run.status.get("plan")),
-        rollout_step=rollout.get("step") if rollout else None,
-        driver_ready=driver_ready,
-    )
-
-
-def _problem(run: QueryRun, spec: StreamingQuerySpec | None, reason: Reason, message: str,
-             extra: dict[str, Any] | None = None, event: EventReason | None = None) -> None:
-    previous = get_condition(run.status.get("conditions") or [], "Degraded")
-    repeated = bool(previous and previous.get("status") == "True" and previous.get("message") == message)
-    run.write(extra or {}, _facts(run, spec, problem=StatusProblem(reason, message)))
-    if event is not None and not repeated:
-        run.event("Warning", event, message)
 
 
 def reconcile_query(env: Env, body: dict[str, Any], retry: int = 0) -> str:
@@ -273,33 +141,11 @@ def reconcile_query(env: Env, body: dict[str, Any], retry: int = 0) -> str:
         run.event("Normal", EventReason.TOPIC_CREATED,
                   f"created topic {result.topic!r} ({partitions} partitions, replication {replication})")
 
+    # 5. the rollout state machine, carried out step by step, and the workload objects
     base_updates: dict[str, Any] = {"cluster": cluster_name, "lastCompileError": None}
-    ready = False
-    for _ in range(4):  # each turn moves the state machine by one step
-        action = next_action(run.status.get("plan"), run.status.get("rollout"), plan_hash)
-        log.debug("%s/%s: %s", run.ns, run.name, action.kind)
-        if action.kind == "create":
-            ready = _create(run, ctx, plan, plan_hash, plan_json, base_updates)
-        elif action.kind == "resume":
-            ready = _resume(run, ctx, plan, plan_hash, plan_json, action)
-            if (action.rollout or {}).get("targetHash") == plan_hash:
-                break
-            continue
-        elif action.kind == "classify":
-            ready = _classify(run, ctx, spec, cluster, plan, plan_hash, plan_json, base_updates)
-            if run.status.get("rollout", {}).get("step") == Step.APPLYING:
-                continue
-        elif action.kind == "cancel":
-            record = dict(run.status.get("lastUpgrade") or {})
-            if record:
-                record["outcome"] = "Cancelled"
-            run.write({"rollout": None, "lastUpgrade": record or None})
-            run.event("Normal", EventReason.UPGRADE_CANCELLED, "the spec is back at the running plan")
-            continue
-        else:  # steady or wait: keep the workload converged on the pinned plan
-            ready = _converge(run, ctx, run.status["plan"]["hash"], run.status["plan"]["configMap"])
-        break
+    ready = advance(run, ctx, spec, cluster, plan, plan_hash, plan_json, base_updates)
 
+    # 6. observedGeneration, conditions and phase
     problem = None
     rollout = run.status.get("rollout")
     if rollout and rollout.get("step") == Step.REJECTED:
@@ -308,307 +154,3 @@ def reconcile_query(env: Env, body: dict[str, Any], retry: int = 0) -> str:
     phase = str(run.status.get("phase"))
     env.metrics.phase(f"{run.ns}/{run.name}", phase)  # also counts queries that did not change
     return phase
-
-
-def _identity_status(ctx: QueryContext) -> dict[str, Any]:
-    ident = ctx.identity
-    return {
-        "serviceId": ident.service_id,
-        "queryId": ident.query_id,
-        "consumerGroup": ident.consumer_group,
-        "transactionalId": ident.transactional_id,
-        "checkpointPath": ident.checkpoint_path,
-    }
-
-
-def _ensure_plan_config_map(run: QueryRun, ctx: QueryContext, plan_hash: str, plan_json: str) -> str:
-    cm = builders.plan_config_map(ctx, plan_hash, plan_json)
-    run.env.kube.ensure(cm, probe_first=True)
-    return str(cm["metadata"]["name"])
-
-
-def _create(run: QueryRun, ctx: QueryContext, plan: Plan, plan_hash: str, plan_json: str,
-            base: dict[str, Any]) -> bool:
-    cm_name = ctx.names.plan_config_map(plan_hash)
-    rollout = creation_rollout(plan_hash, cm_name, run.env.clock())
-    # write-ahead: the target plan and the step, before anything that uses them exists
-    run.write({**base, "rollout": rollout, "identity": _identity_status(ctx)},
-              Facts(generation=run.generation, rollout_step=Step.DEPLOYING, suspended=ctx.spec.suspend))
-    return _finish(run, ctx, plan, plan_hash, plan_json, rollout)
-
-
-def _finish(run: QueryRun, ctx: QueryContext, plan: Plan | None, plan_hash: str, plan_json: str | None,
-            rollout: dict[str, Any]) -> bool:
-    """Carry out an in-flight rollout (Deploying / Applying) and mark it done."""
-    cm_name = rollout["targetConfigMap"]
-    if plan_json is not None:
-        _ensure_plan_config_map(run, ctx, plan_hash, plan_json)
-    ready = _converge(run, ctx, rollout["targetHash"], cm_name, fresh=rollout["step"] == Step.DEPLOYING)
-    previous = run.status.get("plan")
-    updates: dict[str, Any] = {"plan": completed_plan(rollout, plan.version if plan else None),
-                               "rollout": None}
-    if rollout["step"] == Step.APPLYING:
-        record = dict(run.status.get("lastUpgrade") or {})
-        if record.get("toHash") == rollout["targetHash"]:
-            record["outcome"] = "Applied"
-            updates["lastUpgrade"] = record
-    run.write(updates)
-    if rollout["step"] == Step.DEPLOYING:
-        run.event("Normal", EventReason.PLAN_PINNED, f"plan {plan_hash[:12]} pinned in ConfigMap {cm_name}")
-        run.event("Normal", EventReason.WORKLOAD_CREATED, f"driver Deployment {ctx.names.driver} created "
-                  f"({ctx.driver_replicas} replicas)")
-    else:
-        run.event("Normal", EventReason.UPGRADE_APPLIED,
-                  f"plan {(previous or {}).get('hash', '?')[:12]} -> {plan_hash[:12]} applied in place")
-    return ready
-
-
-def _resume(run: QueryRun, ctx: QueryContext, plan: Plan, plan_hash: str, plan_json: str,
-            action: Action) -> bool:
-    rollout = action.rollout or {}
-    target = rollout.get("targetHash")
-    if target == plan_hash:
-        return _finish(run, ctx, plan, plan_hash, plan_json, rollout)
-    # the spec moved on while the rollout was in flight: finish it from the pinned ConfigMap
-    cm = run.env.kube.get("ConfigMap", run.ns, rollout.get("targetConfigMap") or "")
-    if cm is None:
-        run.write({"rollout": None})  # never started: forget it; the next turn re-plans
-        return False
-    return _finish(run, ctx, None, str(target), None, rollout)
-
-
-def _classify(run: QueryRun, ctx: QueryContext, spec: StreamingQuerySpec, cluster: QueryClusterSpec,
-              plan: Plan, plan_hash: str, plan_json: str, base: dict[str, Any]) -> bool:
-    pinned = run.status["plan"]
-    policy = spec.upgrade or cluster.upgrade
-    old_cm = run.env.kube.get("ConfigMap", run.ns, pinned["configMap"])
-    if old_cm is None:
-        category, decision = "unsupported", "reject"
-        reasons = [f"the pinned plan ConfigMap {pinned['configMap']} is missing"]
-        changes: list[str] = []
-    else:
-        from sluice.core.naming import PLAN_FILE
-
-        old = Plan.from_json(old_cm["data"][PLAN_FILE])
-        result = run.env.classify(old, plan, policy)
-        category, decision = str(result.category), str(result.decision)
-        reasons = [str(r) for r in result.reasons]
-        changes = [getattr(c, "message", str(c)) for c in result.changes]
-    run.env.metrics.upgrades.labels(category=category, decision=decision).inc()
-    cm_name = ctx.names.plan_config_map(plan_hash)
-    now = run.env.clock()
-    rollout = classified_rollout(pinned=pinned, target_hash=plan_hash, target_config_map=cm_name,
-                                 category=category, decision=decision,
-                                 allow_replace=policy.allow_replace, now=now)
-    record = upgrade_record(from_hash=pinned["hash"], rollout=rollout, outcome=outcome_of(rollout["step"]),
-                            reasons=reasons, changes=changes, now=now)
-    if rollout["step"] == Step.APPLYING:
-        record["outcome"] = "Applying"
-    run.write({**base, "rollout": rollout, "lastUpgrade": record})  # write-ahead
-    summary = f"{category} change: {decision}" + (f" ({reasons[0]})" if reasons else "")
-    run.event("Normal", EventReason.UPGRADE_CLASSIFIED, summary)
-    if rollout["step"] == Step.AWAITING_UPGRADE:
-        run.event("Normal", EventReason.UPGRADE_PENDING, rollout["message"])
-    elif rollout["step"] == Step.REJECTED:
-        run.event("Warning", EventReason.UPGRADE_REJECTED, rollout["message"] + f": {summary}")
-    if rollout["step"] == Step.APPLYING:
-        _ensure_plan_config_map(run, ctx, plan_hash, plan_json)
-        return False
-    # waiting or rejected: the workload stays on the pinned plan
-    return _converge(run, ctx, pinned["hash"], pinned["configMap"])
-
-
-def _converge(run: QueryRun, ctx: QueryContext, plan_hash: str, config_map: str, fresh: bool = False) -> bool:
-    """Create-or-converge every workload object; returns whether the active driver is ready."""
-    kube = run.env.kube
-    if not fresh and ctx.uid not in run.env._legacy_checked:  # once per query and operator process
-        retired = legacy.retire_driver_statefulset(kube, ctx.namespace, ctx.names.driver)
-        if retired == "deleted":
-            run.event("Normal", EventReason.DRAINING,
-                      f"stopping the driver StatefulSet {ctx.names.driver} of an earlier operator version")
-        if retired != "gone":
-            raise Retry(f"waiting for the old driver StatefulSet {ctx.names.driver} to go", 5)
-        run.env._legacy_checked.add(ctx.uid)
-    lease: dict[str, Any] | None = None
-    for obj in builders.workload_objects(ctx, plan_hash, config_map):
-        existing, outcome = kube.ensure(obj, probe_first=not fresh)
-        kind = obj["kind"]
-        if kind == "PersistentVolumeClaim" and outcome == "unchanged":
-            owners = existing["metadata"].get("ownerReferences") or []
-            wants_owner = not ctx.retain_state
-            if bool(owners) != wants_owner:
-                kube.patch("PersistentVolumeClaim", ctx.namespace, ctx.names.state_claim, owner_patch(ctx))
-        if kind == "Lease":
-            lease = driverlease.adopt(kube, ctx, existing)
-            lease = driverlease.forward_handoff(kube, run.body, lease)
-        if kind == "Deployment":
-            replicas = obj["spec"]["replicas"]
-            was_suspended = run.status.get("phase") == "Suspended"
-            if replicas == 0 and not was_suspended and not fresh:
-                run.event("Normal", EventReason.SUSPENDED, "drivers scaled to 0 (draining); state kept")
-            elif replicas >= 1 and was_suspended:
-                run.event("Normal", EventReason.RESUMED, f"drivers scaled to {replicas}")
-    if ctx.driver_replicas == 0:
-        return False
-    return driverlease.active_ready(kube, ctx.namespace, lease)
-
-
-# --------------------------------------------------------------------------------------------
-# deletion
-# --------------------------------------------------------------------------------------------
-
-KAFKA_DELETE_RETRIES = 3
-
-
-def delete_query(env: Env, body: dict[str, Any], retry: int, runtime_seconds: float) -> None:
-    """Finalizer: drain the driver, then apply the deletion policy; never hang."""
-    run = QueryRun(env, body, dict(body.get("status") or {}))
-    ns, name = run.ns, run.name
-    spec_raw = body.get("spec") or {}
-    policy = spec_raw.get("deletionPolicy", "Retain")
-    try:
-        spec: StreamingQuerySpec | None = StreamingQuerySpec.model_validate(spec_raw)
-    except ValidationError:
-        spec = None
-    from sluice.core.naming import QueryNames
-
-    names = QueryNames.for_query(name)
-    if run.status.get("phase") != "Deleting":
-        try:
-            run.write({}, Facts(generation=run.generation, deleting=True,
-                                plan_pinned=bool(run.status.get("plan"))))
-        except KubeError as exc:
-            log.warning("cannot mark %s/%s as deleting: %s", ns, name, exc)
-
-    cluster: QueryClusterSpec | None = None
-    cluster_name = run.status.get("cluster") or (
-        spec.cluster_ref.name if spec and spec.cluster_ref else DEFAULT_CLUSTER
-    )
-    cluster_obj = env.kube.get("QueryCluster", ns, cluster_name)
-    if cluster_obj is not None:
-        try:
-            cluster = QueryClusterSpec.model_validate(cluster_obj.get("spec") or {})
-        except ValidationError:
-            cluster = None
-    drain_budget = (cluster.drain_seconds if cluster else 120) + 30
-
-    # 1. drain: scale to zero; the pod's termination grace lets the runtime finish and commit
-    deployment = env.kube.get("Deployment", ns, names.driver)
-    if deployment is not None and deployment["spec"].get("replicas", 0) != 0:
-        env.kube.patch("Deployment", ns, names.driver, {"spec": {"replicas": 0}})
-        run.event("Normal", EventReason.DRAINING, "draining the drivers before deletion")
-    pods = env.kube.list("Pod", ns, driverlease.driver_selector(names.base))
-    if pods:
-        if runtime_seconds < drain_budget:
-            raise Retry(f"waiting for {len(pods)} driver pod(s) to drain", 5)
-        run.event("Warning", EventReason.DRAIN_TIMED_OUT,
-                  f"driver did not stop within {drain_budget}s; deleting anyway")
-
-    # 2. deletion policy
-    if policy == "Delete":
-        if spec is not None and cluster is not None:
-            try:
-                admin = env.topic_admin(ns, cluster)
-                if admin.delete_topic(spec.sink.topic):
-                    run.event("Normal", EventReason.TOPIC_DELETED, f"deleted topic {spec.sink.topic!r}")
-            except (KafkaUnavailable, Retry) as exc:
-                if retry < KAFKA_DELETE_RETRIES:
-                    raise Retry(f"cannot delete the output topic yet: {exc}", backoff(retry, 2)) from exc
-                run.event("Warning", EventReason.TOPIC_CLEANUP_FAILED,
-                          f"gave up deleting topic {spec.sink.topic!r} after {retry} retries: {exc}")
-        else:
-            run.event("Warning", EventReason.TOPIC_CLEANUP_FAILED,
-                      f"QueryCluster {cluster_name!r} or the spec is unavailable; output topic left in place")
-        if env.kube.delete("PersistentVolumeClaim", ns, names.state_claim):
-            run.event("Normal", EventReason.STATE_DELETED, f"deleted state volume claim {names.state_claim}")
-    else:
-        claim = env.kube.get("PersistentVolumeClaim", ns, names.state_claim)
-        if claim is not None:
-            if claim["metadata"].get("ownerReferences"):
-                env.kube.patch("PersistentVolumeClaim", ns, names.state_claim,
-                               {"metadata": {"ownerReferences": []}})
-            run.event("Normal", EventReason.STATE_RETAINED,
-                      f"kept state volume claim {names.state_claim} and the output topic")
-    env.metrics.phase(f"{ns}/{name}", None)
-
-
-# --------------------------------------------------------------------------------------------
-# QueryCluster
-# --------------------------------------------------------------------------------------------
-
-
-CLUSTER_REVISION = "sluice.dev/cluster-revision"
-
-
-def poke_queries_of_cluster(env: Env, body: dict[str, Any]) -> int:
-    """Annotate the cluster's queries with its revision so kopf reconciles each (one at a time).
-
-    The annotation changes the queries' metadata, which fires their update handler through
-    kopf's per-object queue, so the fan-out never races a reconcile already running.
-    """
-    meta = body["metadata"]
-    ns, name = meta["namespace"], meta["name"]
-    revision = f"{str(meta.get('uid', ''))[:8]}-{meta.get('generation')}"
-    poked = 0
-    for sq in env.kube.list("StreamingQuery", ns):
-        ref = ((sq.get("spec") or {}).get("clusterRef") or {}).get("name") or DEFAULT_CLUSTER
-        annotations = sq["metadata"].get("annotations") or {}
-        if ref != name or annotations.get(CLUSTER_REVISION) == revision:
-            continue
-        if sq["metadata"].get("deletionTimestamp"):
-            continue
-        try:
-            env.kube.patch("StreamingQuery", ns, sq["metadata"]["name"],
-                           {"metadata": {"annotations": {CLUSTER_REVISION: revision}}})
-            poked += 1
-        except KubeError as exc:
-            if exc.status != 404:
-                raise
-    return poked
-
-
-def reconcile_cluster(env: Env, body: dict[str, Any], retry: int = 0) -> str:
-    from sluice.operator.builders.context import default_image
-
-    meta = body["metadata"]
-    ns, name = meta["namespace"], meta["name"]
-    status = dict(body.get("status") or {})
-    now = env.clock()
-    conditions = list(status.get("conditions") or [])
-    from sluice.core.status import set_condition
-
-    def write(phase: str, updates: dict[str, Any]) -> None:
-        new = {"observedGeneration": meta.get("generation"), "phase": phase, "conditions": conditions,
-               **updates}
-        if status_changed(status, new):
-            env.kube.patch_status("QueryCluster", ns, name, new)
-
-    try:
-        spec = QueryClusterSpec.model_validate(body.get("spec") or {})
-    except ValidationError as exc:
-        problems = validation_problems(exc, "spec")
-        message = "; ".join(f"{p.field}: {p.message}" for p in problems)
-        conditions = set_condition(conditions, "Degraded", True, Reason.CLUSTER_INVALID, message, now,
-                                   meta.get("generation"))
-        conditions = set_condition(conditions, "Ready", False, Reason.CLUSTER_INVALID, message, now,
-                                   meta.get("generation"))
-        write("Degraded", {})
-        raise Stop(message) from exc
-    image = spec.image or default_image()
-    try:
-        env.topic_admin(ns, spec).topics()
-    except (KafkaUnavailable, Retry) as exc:
-        message = f"Kafka at {spec.kafka.bootstrap_servers} is unreachable: {exc}"
-        conditions = set_condition(conditions, "Degraded", True, Reason.KAFKA_UNREACHABLE, message, now,
-                                   meta.get("generation"))
-        conditions = set_condition(conditions, "Ready", False, Reason.KAFKA_UNREACHABLE, message, now,
-                                   meta.get("generation"))
-        write("Degraded", {"image": image})
-        raise Retry(message, backoff(retry, 10)) from exc
-    conditions = set_condition(conditions, "Degraded", False, Reason.AS_EXPECTED, "", now,
-                               meta.get("generation"))
-    conditions = set_condition(conditions, "Ready", True, Reason.KAFKA_REACHABLE,
-                               f"Kafka at {spec.kafka.bootstrap_servers} answers", now,
-                               meta.get("generation"))
-    write("Ready", {"image": image})
-    return "Ready"

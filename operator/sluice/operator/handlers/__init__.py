@@ -1,1 +1,2 @@
-"""Thin kopf handlers: one module per resource/action, delegating to sluice.operator.reconcile."""
+"""Thin kopf handlers: one module per resource/action, delegating to sluice.operator.reconcile,
+.deletion and .cluster."""

@@ -9,8 +9,8 @@ from typing import Any
 
 import kopf
 
+from sluice.operator.common import Env, Retry, Stop
 from sluice.operator.kube import KubeError
-from sluice.operator.reconcile import Env, Retry, Stop
 
 log = logging.getLogger("sluice.operator")
 

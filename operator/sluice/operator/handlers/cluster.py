@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from sluice.operator.cluster import poke_queries_of_cluster, reconcile_cluster
 from sluice.operator.handlers._common import as_dict, env, kopf_errors
-from sluice.operator.reconcile import poke_queries_of_cluster, reconcile_cluster
 
 
 def handle(body: Any, retry: int, logger: Any = None, **_: Any) -> None:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from sluice.operator.deletion import delete_query
 from sluice.operator.handlers._common import as_dict, env, kopf_errors
-from sluice.operator.reconcile import delete_query
 
 
 def handle(body: Any, retry: int, runtime: Any, **_: Any) -> None:

@@ -1,0 +1,177 @@
+"""What the reconcile modules share: the environment, one query's reconcile run, retry signals.
+
+Handlers stay thin and call into ``reconcile`` (StreamingQuery create/update/resume),
+``rollout`` (the rollout executor it delegates to), ``deletion`` (the finalizer) and ``cluster``
+(QueryCluster). None of them imports kopf: retries are asked for by raising ``Retry``
+(temporary) or ``Stop`` (wait for the next spec edit); the handler modules translate them into
+kopf's errors. Status is written *before* acting (write-ahead log).
+"""
+
+from __future__ import annotations
+
+import base64
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from sluice.core.plan.model import Plan
+from sluice.core.status import (
+    EventReason,
+    Facts,
+    Reason,
+    StatusProblem,
+    get_condition,
+    now_rfc3339,
+    phase_transition,
+    reduce_status,
+)
+from sluice.crd.querycluster import QueryClusterSpec
+from sluice.crd.streamingquery import StreamingQuerySpec
+from sluice.operator.kafka_admin import TopicAdmin, admin_config
+from sluice.operator.kube import Kube
+from sluice.operator.metrics import OperatorMetrics, metrics
+
+log = logging.getLogger("sluice.operator")
+
+DEFAULT_CLUSTER = "default"
+MAX_BACKOFF = 300.0
+
+
+class Retry(Exception):
+    """Something outside our control is missing or down: retry later with back-off."""
+
+    def __init__(self, message: str, delay: float) -> None:
+        super().__init__(message)
+        self.delay = delay
+
+
+class Stop(Exception):
+    """The spec is wrong: nothing to do until it changes (status says why)."""
+
+
+def backoff(retry: int, base: float = 5.0) -> float:
+    return min(MAX_BACKOFF, base * (2 ** min(retry, 10)))
+
+
+EventSink = Callable[[dict[str, Any], str, str, str], None]
+
+
+def _no_events(body: dict[str, Any], type_: str, reason: str, message: str) -> None:
+    log.info("event %s %s: %s", type_, reason, message)
+
+
+@dataclass
+class Env:
+    kube: Kube
+    events: EventSink = _no_events
+    clock: Callable[[], str] = now_rfc3339
+    metrics: OperatorMetrics = field(default_factory=metrics)
+    kafka_timeout: float = 10.0
+    _admins: dict[str, TopicAdmin] = field(default_factory=dict)
+    #: queries (uid) checked for a driver StatefulSet of an earlier operator version
+    _legacy_checked: set[str] = field(default_factory=set)
+
+    def compile(self, spec: Any) -> Plan:
+        from sluice.core.compiler import compile_query
+
+        return compile_query(spec)
+
+    def classify(self, old: Plan, new: Plan, policy: Any) -> Any:
+        from sluice.core.classify import classify
+
+        return classify(old, new, policy)
+
+    def topic_admin(self, namespace: str, cluster: QueryClusterSpec) -> TopicAdmin:
+        secrets = read_kafka_secrets(self.kube, namespace, cluster)
+        key = f"{namespace}/{cluster.kafka.bootstrap_servers}/{sorted(secrets.items())!r}"
+        admin = self._admins.get(key)
+        if admin is None:
+            admin = TopicAdmin(admin_config(cluster.kafka, secrets), timeout=self.kafka_timeout)
+            self._admins[key] = admin
+        return admin
+
+
+def read_kafka_secrets(kube: Kube, namespace: str, cluster: QueryClusterSpec) -> dict[str, str]:
+    refs: dict[str, Any] = {}
+    if cluster.kafka.tls is not None:
+        refs.update(ca=cluster.kafka.tls.ca_secret, cert=cluster.kafka.tls.cert_secret,
+                    key=cluster.kafka.tls.key_secret)
+    if cluster.kafka.sasl is not None:
+        refs.update(username=cluster.kafka.sasl.username_secret, password=cluster.kafka.sasl.password_secret)
+    out: dict[str, str] = {}
+    for key, ref in refs.items():
+        if ref is None:
+            continue
+        secret = kube.get("Secret", namespace, ref.name)
+        data = (secret or {}).get("data", {})
+        if ref.key not in data:
+            raise Retry(f"Secret {ref.name!r} has no key {ref.key!r}", 30)
+        out[key] = base64.b64decode(data[ref.key]).decode()
+    return out
+
+
+@dataclass
+class QueryRun:
+    """One reconcile of one StreamingQuery: the object, its status as we last wrote it."""
+
+    env: Env
+    body: dict[str, Any]
+    status: dict[str, Any]
+
+    @property
+    def ns(self) -> str:
+        return str(self.body["metadata"]["namespace"])
+
+    @property
+    def name(self) -> str:
+        return str(self.body["metadata"]["name"])
+
+    @property
+    def generation(self) -> int | None:
+        return self.body["metadata"].get("generation")
+
+    def write(self, updates: dict[str, Any], facts: Facts | None = None, *,
+              resource_version: str | None = None) -> bool:
+        """Merge ``updates`` (None deletes a key) and the reduced conditions into the status;
+        returns whether anything was written. ``resource_version``: only if the object is still
+        at that version (a 409 ``KubeError`` otherwise)."""
+        new = dict(self.status)
+        new.update(updates)
+        if facts is not None:
+            new.update(reduce_status(self.status, facts, self.env.clock()))
+        patch = {k: v for k, v in new.items() if self.status.get(k) != v}
+        if not patch:
+            return False
+        self.env.kube.patch_status("StreamingQuery", self.ns, self.name, patch, resource_version)
+        transition = phase_transition(self.status, new)
+        self.status = {k: v for k, v in new.items() if v is not None}
+        if transition:
+            self.env.metrics.phase(f"{self.ns}/{self.name}", transition[1])
+        return True
+
+    def event(self, type_: str, reason: EventReason, message: str) -> None:
+        self.env.events(self.body, type_, str(reason), message)
+
+
+def _facts(run: QueryRun, spec: StreamingQuerySpec | None, *, problem: StatusProblem | None = None,
+           driver_ready: bool = False) -> Facts:
+    rollout = run.status.get("rollout")
+    return Facts(
+        generation=run.generation,
+        suspended=bool(spec.suspend) if spec else False,
+        problem=problem,
+        plan_pinned=bool(run.status.get("plan")),
+        rollout_step=rollout.get("step") if rollout else None,
+        driver_ready=driver_ready,
+    )
+
+
+def _problem(run: QueryRun, spec: StreamingQuerySpec | None, reason: Reason, message: str,
+             extra: dict[str, Any] | None = None, event: EventReason | None = None) -> None:
+    previous = get_condition(run.status.get("conditions") or [], "Degraded")
+    repeated = bool(previous and previous.get("status") == "True" and previous.get("message") == message)
+    run.write(extra or {}, _facts(run, spec, problem=StatusProblem(reason, message)))
+    if event is not None and not repeated:
+        run.event("Warning", event, message)
+

@@ -1,0 +1,92 @@
+"""StreamingQuery deletion (the finalizer): drain the drivers, then apply the deletion policy."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from pydantic import ValidationError
+
+from sluice.core.status import EventReason, Facts
+from sluice.crd.querycluster import QueryClusterSpec
+from sluice.crd.streamingquery import StreamingQuerySpec
+from sluice.operator import driverlease
+from sluice.operator.common import DEFAULT_CLUSTER, Env, QueryRun, Retry, backoff
+from sluice.operator.kafka_admin import KafkaUnavailable
+from sluice.operator.kube import KubeError
+
+log = logging.getLogger("sluice.operator")
+
+KAFKA_DELETE_RETRIES = 3
+
+
+def delete_query(env: Env, body: dict[str, Any], retry: int, runtime_seconds: float) -> None:
+    """Finalizer: drain the driver, then apply the deletion policy; never hang."""
+    run = QueryRun(env, body, dict(body.get("status") or {}))
+    ns, name = run.ns, run.name
+    spec_raw = body.get("spec") or {}
+    policy = spec_raw.get("deletionPolicy", "Retain")
+    try:
+        spec: StreamingQuerySpec | None = StreamingQuerySpec.model_validate(spec_raw)
+    except ValidationError:
+        spec = None
+    from sluice.core.naming import QueryNames
+
+    names = QueryNames.for_query(name)
+    if run.status.get("phase") != "Deleting":
+        try:
+            run.write({}, Facts(generation=run.generation, deleting=True,
+                                plan_pinned=bool(run.status.get("plan"))))
+        except KubeError as exc:
+            log.warning("cannot mark %s/%s as deleting: %s", ns, name, exc)
+
+    cluster: QueryClusterSpec | None = None
+    cluster_name = run.status.get("cluster") or (
+        spec.cluster_ref.name if spec and spec.cluster_ref else DEFAULT_CLUSTER
+    )
+    cluster_obj = env.kube.get("QueryCluster", ns, cluster_name)
+    if cluster_obj is not None:
+        try:
+            cluster = QueryClusterSpec.model_validate(cluster_obj.get("spec") or {})
+        except ValidationError:
+            cluster = None
+    drain_budget = (cluster.drain_seconds if cluster else 120) + 30
+
+    # 1. drain: scale to zero; the pod's termination grace lets the runtime finish and commit
+    deployment = env.kube.get("Deployment", ns, names.driver)
+    if deployment is not None and deployment["spec"].get("replicas", 0) != 0:
+        env.kube.patch("Deployment", ns, names.driver, {"spec": {"replicas": 0}})
+        run.event("Normal", EventReason.DRAINING, "draining the drivers before deletion")
+    pods = env.kube.list("Pod", ns, driverlease.driver_selector(names.base))
+    if pods:
+        if runtime_seconds < drain_budget:
+            raise Retry(f"waiting for {len(pods)} driver pod(s) to drain", 5)
+        run.event("Warning", EventReason.DRAIN_TIMED_OUT,
+                  f"driver did not stop within {drain_budget}s; deleting anyway")
+
+    # 2. deletion policy
+    if policy == "Delete":
+        if spec is not None and cluster is not None:
+            try:
+                admin = env.topic_admin(ns, cluster)
+                if admin.delete_topic(spec.sink.topic):
+                    run.event("Normal", EventReason.TOPIC_DELETED, f"deleted topic {spec.sink.topic!r}")
+            except (KafkaUnavailable, Retry) as exc:
+                if retry < KAFKA_DELETE_RETRIES:
+                    raise Retry(f"cannot delete the output topic yet: {exc}", backoff(retry, 2)) from exc
+                run.event("Warning", EventReason.TOPIC_CLEANUP_FAILED,
+                          f"gave up deleting topic {spec.sink.topic!r} after {retry} retries: {exc}")
+        else:
+            run.event("Warning", EventReason.TOPIC_CLEANUP_FAILED,
+                      f"QueryCluster {cluster_name!r} or the spec is unavailable; output topic left in place")
+        if env.kube.delete("PersistentVolumeClaim", ns, names.state_claim):
+            run.event("Normal", EventReason.STATE_DELETED, f"deleted state volume claim {names.state_claim}")
+    else:
+        claim = env.kube.get("PersistentVolumeClaim", ns, names.state_claim)
+        if claim is not None:
+            if claim["metadata"].get("ownerReferences"):
+                env.kube.patch("PersistentVolumeClaim", ns, names.state_claim,
+                               {"metadata": {"ownerReferences": []}})
+            run.event("Normal", EventReason.STATE_RETAINED,
+                      f"kept state volume claim {names.state_claim} and the output topic")
+    env.metrics.phase(f"{ns}/{name}", None)
