@@ -109,7 +109,9 @@ def _finish(run: QueryRun, ctx: QueryContext, plan: Plan | None, plan_hash: str,
         if record.get("toHash") == rollout["targetHash"]:
             record["outcome"] = "Applied"
             updates["lastUpgrade"] = record
-    run.write(updates)
+    # the phase follows in the same write: a pinned plan never shows as Pending
+    run.write(updates, Facts(generation=run.generation, suspended=ctx.spec.suspend, plan_pinned=True,
+                             driver_ready=ready))
     if rollout["step"] == Step.DEPLOYING:
         run.event("Normal", EventReason.PLAN_PINNED, f"plan {plan_hash[:12]} pinned in ConfigMap {cm_name}")
         run.event("Normal", EventReason.WORKLOAD_CREATED, f"driver Deployment {ctx.names.driver} created "
