@@ -35,6 +35,11 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
+if str(REPO) not in sys.path:  # run as a script: the shared helpers live in tests.support
+    sys.path.insert(0, str(REPO))
+
+from tests.support.feed import Feed, lost_and_duplicated  # noqa: E402
+
 KINDS = ("kill-standby", "kill-cold", "roll-handoff", "restart-cold")
 
 
@@ -57,13 +62,15 @@ class Platform:
         return result.stdout
 
     def pods(self, ns: str, query: str) -> list[dict[str, Any]]:
-        out = self.kubectl("get", "pods", "-n", ns, "-l", f"sluice.dev/query={query}",
-                           "-l", "app.kubernetes.io/component=driver", "-o", "json")
+        out = self.kubectl("get", "pods", "-n", ns, "-l", f"sluice.dev/query={query},app.kubernetes.io/component=driver", "-o", "json")
         return [p for p in json.loads(out)["items"] if not p["metadata"].get("deletionTimestamp")]
 
     def active(self, ns: str, query: str) -> dict[str, Any] | None:
         """The pod holding the query's driver Lease."""
-        lease = json.loads(self.kubectl("get", "lease", f"{query}-driver", "-n", ns, "-o", "json"))
+        try:
+            lease = json.loads(self.kubectl("get", "lease", f"{query}-driver", "-n", ns, "-o", "json"))
+        except RuntimeError:
+            return None  # not created yet
         holder = str(lease["spec"].get("holderIdentity") or "").split("/", 1)[0]
         return next((p for p in self.pods(ns, query) if p["metadata"]["name"] == holder), None)
 
@@ -89,31 +96,21 @@ def wait(what: str, check: Any, timeout: float = 300.0) -> Any:
 
 
 class Watcher:
-    """Feeds a source topic and records when output records become visible (read_committed)."""
+    """Feeds a source topic (tests.support.feed) and records when output records become visible
+    (read_committed)."""
 
     def __init__(self, bootstrap: str, src: str, out: str, rate: float) -> None:
-        from confluent_kafka import Consumer, Producer
+        from confluent_kafka import Consumer
 
-        self.producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
+        self.feed = Feed(bootstrap, src, rate)
         self.consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"bench-{uuid.uuid4().hex}",
                                   "auto.offset.reset": "earliest", "isolation.level": "read_committed"})
         self.consumer.subscribe([out])
-        self.src, self.rate = src, rate
         self.arrivals: list[float] = []
-        self.sent = 0
-        self.seen: dict[int, int] = {}
+        self.ids: list[int] = []
         self._stop = threading.Event()
         self._lock = threading.Lock()
-        threading.Thread(target=self._produce, daemon=True).start()
         threading.Thread(target=self._consume, daemon=True).start()
-
-    def _produce(self) -> None:
-        while not self._stop.is_set():
-            self.producer.produce(self.src, value=json.dumps({"id": self.sent, "k": f"k{self.sent % 3}"}))
-            self.sent += 1
-            self.producer.poll(0)
-            self._stop.wait(1.0 / self.rate)
-        self.producer.flush(30)
 
     def _consume(self) -> None:
         while not self._stop.is_set():
@@ -124,7 +121,7 @@ class Watcher:
             row = json.loads(msg.value())
             with self._lock:
                 self.arrivals.append(now)
-                self.seen[row["id"]] = self.seen.get(row["id"], 0) + 1
+                self.ids.append(int(row["id"]))
 
     def gap_after(self, t0: float, settle: float = 8.0, timeout: float = 180.0) -> float:
         """Longest output silence from ``t0`` until output flowed for ``settle`` seconds."""
@@ -140,13 +137,13 @@ class Watcher:
         raise RuntimeError("output did not resume")
 
     def stop(self) -> tuple[int, int, int]:
-        self._stop.set()
+        sent = self.feed.stop()
         time.sleep(10)
+        self._stop.set()
         with self._lock:
-            lost = sum(1 for i in range(self.sent) if i not in self.seen)
-            dup = sum(1 for n in self.seen.values() if n > 1)
+            lost, dup = lost_and_duplicated(self.ids, sent)
         self.consumer.close()
-        return self.sent, lost, dup
+        return sent, len(lost), len(dup)
 
 
 def query_doc(ns: str, name: str, src: str, out: str, standbys: int) -> dict[str, Any]:
@@ -185,9 +182,10 @@ def main() -> int:
 
     queries = {"warm": 1, "cold": 0}
     watchers: dict[str, Watcher] = {}
+    admin = AdminClient({"bootstrap.servers": p.bootstrap})
     for name, standbys in queries.items():
         src, out = f"{ns}-{name}-in", f"{ns}-{name}-out"
-        for f in AdminClient({"bootstrap.servers": p.bootstrap}).create_topics(
+        for f in admin.create_topics(
                 [NewTopic(t, num_partitions=2, replication_factor=1) for t in (src, out)]).values():
             f.result(30)
         p.kubectl("apply", "-f", "-", stdin=json.dumps(query_doc(ns, name, src, out, standbys)))

@@ -70,8 +70,7 @@ class E2ECluster:
         return None
 
     def driver_pod(self, namespace: str, query: str) -> dict[str, Any] | None:
-        out = self.kubectl("get", "pods", "-n", namespace, "-l", f"sluice.dev/query={query}",
-                           "-l", "app.kubernetes.io/component=driver", "-o", "json", check=False)
+        out = self.kubectl("get", "pods", "-n", namespace, "-l", f"sluice.dev/query={query},app.kubernetes.io/component=driver", "-o", "json", check=False)
         items = json.loads(out).get("items", []) if out.strip() else []
         return items[0] if items else None
 
@@ -92,8 +91,7 @@ class E2ECluster:
         return str(pod["metadata"]["uid"])
 
     def driver_pods(self, namespace: str, query: str) -> list[dict[str, Any]]:
-        out = self.kubectl("get", "pods", "-n", namespace, "-l", f"sluice.dev/query={query}",
-                           "-l", "app.kubernetes.io/component=driver", "-o", "json", check=False)
+        out = self.kubectl("get", "pods", "-n", namespace, "-l", f"sluice.dev/query={query},app.kubernetes.io/component=driver", "-o", "json", check=False)
         return list(json.loads(out).get("items", [])) if out.strip() else []
 
     def lease_holder(self, namespace: str, query: str) -> str | None:

@@ -14,45 +14,20 @@ read_committed, holds every input record exactly once.
 
 from __future__ import annotations
 
-import collections
 import json
 import signal
-import threading
 import time
 from typing import Any
 
 import pytest
 from cluster import E2ECluster
-from confluent_kafka import Producer
 from test_queries import READY_TIMEOUT, cluster_doc, consume, create_topics, query_doc
+
+from tests.support.feed import Feed, exactly_once_message
 
 pytestmark = pytest.mark.e2e
 
-RATE = 20
 LEASE_SECONDS = 10
-
-
-class Feed:
-    def __init__(self, bootstrap: str, topic: str) -> None:
-        self.producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
-        self.topic = topic
-        self.sent = 0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self._thread.start()
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            self.producer.produce(self.topic, value=json.dumps({"id": self.sent, "k": f"k{self.sent % 3}"}))
-            self.sent += 1
-            self.producer.poll(0)
-            self._stop.wait(1.0 / RATE)
-
-    def stop(self) -> int:
-        self._stop.set()
-        self._thread.join(10)
-        self.producer.flush(30)
-        return self.sent
 
 
 def feed_query(ns: str, src: str, out: str, **extra: Any) -> dict[str, Any]:
@@ -87,11 +62,8 @@ def ready_standby(cluster: E2ECluster, ns: str, active: str) -> str | None:
 
 def assert_exactly_once(cluster: E2ECluster, ns: str, out: str, sent: int) -> None:
     rows = consume(cluster.bootstrap, out, sent, READY_TIMEOUT, committed=True)
-    counts = collections.Counter(r["id"] for r in rows)
-    lost = sorted(set(range(sent)) - set(counts))
-    dup = sorted(i for i, n in counts.items() if n > 1)
-    assert not lost and not dup, (f"{len(lost)} lost (first {lost[:10]}), {len(dup)} duplicated "
-                                  f"(first {dup[:10]}) of {sent}\n" + cluster.diagnostics(ns))
+    problem = exactly_once_message((r["id"] for r in rows), sent)
+    assert problem is None, problem + "\n" + cluster.diagnostics(ns)
 
 
 def events(cluster: E2ECluster, ns: str, reason: str) -> list[dict[str, Any]]:

@@ -10,13 +10,11 @@ notice it lost the Lease and stop without writing.
 from __future__ import annotations
 
 import base64
-import collections
 import json
 import os
 import signal
 import subprocess
 import sys
-import threading
 import time
 import urllib.error
 import urllib.request
@@ -28,40 +26,12 @@ import pytest
 import yaml
 from sluice.core.election import HANDOFF_REQUEST, LAST_TAKEOVER, HandoffRequest, Takeover
 
+from tests.support.feed import Feed, exactly_once_message
 from tests.support.runtime import consume, create_topic, free_port, plan_from_yaml, unique
 
 pytestmark = pytest.mark.integration
 
 LEASE_SECONDS = 5
-RATE = 20  # records per second
-
-
-class Feed:
-    """Produces RATE records/s with unique ids until stopped."""
-
-    def __init__(self, bootstrap: str, topic: str) -> None:
-        from confluent_kafka import Producer
-
-        self.producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
-        self.topic = topic
-        self.sent = 0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self._thread.start()
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            self.producer.produce(self.topic, key=str(self.sent % 7),
-                                  value=json.dumps({"id": self.sent, "amount": float(self.sent % 5)}))
-            self.sent += 1
-            self.producer.poll(0)
-            self._stop.wait(1.0 / RATE)
-
-    def stop(self) -> int:
-        self._stop.set()
-        self._thread.join(10)
-        self.producer.flush(30)
-        return self.sent
 
 
 class Api:
@@ -187,11 +157,8 @@ def takeover(api: Api) -> Takeover:
 
 def exactly_once(kafka: str, topic: str, sent: int, drivers: list[Driver]) -> None:
     rows = [json.loads(v) for _, v, _ in consume(kafka, topic, expect=sent, idle=6, timeout=180)]
-    counts = collections.Counter(r["id"] for r in rows)
-    lost = sorted(set(range(sent)) - set(counts))
-    dup = sorted(i for i, n in counts.items() if n > 1)
-    assert not lost and not dup, (f"{len(lost)} lost (first {lost[:10]}), {len(dup)} duplicated "
-                                  f"(first {dup[:10]}) of {sent}\n" + "\n".join(d.tail() for d in drivers))
+    problem = exactly_once_message((r["id"] for r in rows), sent)
+    assert problem is None, problem + "\n" + "\n".join(d.tail() for d in drivers)
 
 
 @pytest.fixture
@@ -218,6 +185,26 @@ def active_of(drivers: list[Driver]) -> Driver | None:
     return next((d for d in drivers if d.role().get("role") == "active"), None)
 
 
+def start_pair(tmp: Path, plan: Path, checkpoint: Path, kafka: str, jars: list[Path], env: dict[str, str],
+               api: Api, src: str) -> tuple[list[Driver], Feed, Driver, Driver]:
+    """Two drivers of one query under steady input; returns once one is active and the other a
+    warm standby: (drivers, feed, active, standby)."""
+    a = Driver(tmp, "q-driver-a", plan, checkpoint, kafka, jars, env, api)
+    b = Driver(tmp, "q-driver-b", plan, checkpoint, kafka, jars, env, api)
+    drivers = [a, b]
+    feed = Feed(kafka, src, record=lambda i: {"id": i, "amount": float(i % 5)})
+    try:
+        first = wait_until("one active driver", lambda: active_of(drivers), 240, drivers)
+        other = b if first is a else a
+        wait_until("a warm standby", lambda: other.role().get("role") == "standby", 240, drivers)
+    except BaseException:
+        feed.stop()
+        for d in drivers:
+            d.stop()
+        raise
+    return drivers, feed, first, other
+
+
 def test_handoff_on_request_and_on_sigterm(
     kafka: str, spark_jars: list[Path], tmp_path: Path, driver_env: tuple[Api, dict[str, str]],
     query: tuple[Path, str, str],
@@ -225,14 +212,8 @@ def test_handoff_on_request_and_on_sigterm(
     api, env = driver_env
     plan, src, out = query
     checkpoint = tmp_path / "checkpoint"
-    a = Driver(tmp_path, "q-driver-a", plan, checkpoint, kafka, spark_jars, env, api)
-    b = Driver(tmp_path, "q-driver-b", plan, checkpoint, kafka, spark_jars, env, api)
-    drivers = [a, b]
-    feed = Feed(kafka, src)
+    drivers, feed, first, other = start_pair(tmp_path, plan, checkpoint, kafka, spark_jars, env, api, src)
     try:
-        first = wait_until("one active driver", lambda: active_of(drivers), 240, drivers)
-        other = b if first is a else a
-        wait_until("a warm standby", lambda: other.role().get("role") == "standby", 240, drivers)
         wait_until(f"the role labels ({first.pod} active, {other.pod} standby)",
                    lambda: api.pod_labels(first.pod).get("sluice.dev/role") == "active"
                    and api.pod_labels(other.pod).get("sluice.dev/role") == "standby", 30, drivers)
@@ -277,14 +258,8 @@ def test_failover_after_kill_and_a_paused_zombie(
     api, env = driver_env
     plan, src, out = query
     checkpoint = tmp_path / "checkpoint"
-    a = Driver(tmp_path, "q-driver-a", plan, checkpoint, kafka, spark_jars, env, api)
-    b = Driver(tmp_path, "q-driver-b", plan, checkpoint, kafka, spark_jars, env, api)
-    drivers = [a, b]
-    feed = Feed(kafka, src)
+    drivers, feed, first, second = start_pair(tmp_path, plan, checkpoint, kafka, spark_jars, env, api, src)
     try:
-        first = wait_until("one active driver", lambda: active_of(drivers), 240, drivers)
-        second = b if first is a else a
-        wait_until("a warm standby", lambda: second.role().get("role") == "standby", 240, drivers)
         time.sleep(4)
 
         # kill -9 of the active: its endpoint refuses at once, the standby takes over before expiry
