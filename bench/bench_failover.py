@@ -62,7 +62,8 @@ class Platform:
         return result.stdout
 
     def pods(self, ns: str, query: str) -> list[dict[str, Any]]:
-        out = self.kubectl("get", "pods", "-n", ns, "-l", f"sluice.dev/query={query},app.kubernetes.io/component=driver", "-o", "json")
+        selector = f"sluice.dev/query={query},app.kubernetes.io/component=driver"
+        out = self.kubectl("get", "pods", "-n", ns, "-l", selector, "-o", "json")
         return [p for p in json.loads(out)["items"] if not p["metadata"].get("deletionTimestamp")]
 
     def active(self, ns: str, query: str) -> dict[str, Any] | None:

@@ -70,7 +70,8 @@ class E2ECluster:
         return None
 
     def driver_pod(self, namespace: str, query: str) -> dict[str, Any] | None:
-        out = self.kubectl("get", "pods", "-n", namespace, "-l", f"sluice.dev/query={query},app.kubernetes.io/component=driver", "-o", "json", check=False)
+        selector = f"sluice.dev/query={query},app.kubernetes.io/component=driver"
+        out = self.kubectl("get", "pods", "-n", namespace, "-l", selector, "-o", "json", check=False)
         items = json.loads(out).get("items", []) if out.strip() else []
         return items[0] if items else None
 
@@ -91,7 +92,8 @@ class E2ECluster:
         return str(pod["metadata"]["uid"])
 
     def driver_pods(self, namespace: str, query: str) -> list[dict[str, Any]]:
-        out = self.kubectl("get", "pods", "-n", namespace, "-l", f"sluice.dev/query={query},app.kubernetes.io/component=driver", "-o", "json", check=False)
+        selector = f"sluice.dev/query={query},app.kubernetes.io/component=driver"
+        out = self.kubectl("get", "pods", "-n", namespace, "-l", selector, "-o", "json", check=False)
         return list(json.loads(out).get("items", [])) if out.strip() else []
 
     def lease_holder(self, namespace: str, query: str) -> str | None:
