@@ -196,6 +196,7 @@ def execute(config: RunConfig) -> int:
     if config.lease_name:  # one of several drivers: never "active" before it holds the Lease
         state.role = "warming"
         state.identity = driver.identity_for(config.pod_name or "")
+        driver.lower_priority()  # before the JVM starts: it inherits the standby's priority
     server = serve(state, config.http_addr) if config.http_addr else None
 
     def on_signal(signum: int, frame: Any) -> None:

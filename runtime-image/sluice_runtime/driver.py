@@ -151,6 +151,44 @@ def finish(pipeline: Pipeline, state: RuntimeState, end: str) -> int:
 # -- election ------------------------------------------------------------------------------
 
 
+#: how much lower a standby runs than the active driver (``nice``): a standby warming up after a
+#: restart must not slow the active driver's batches where pods share CPU without cgroups (a
+#: container's threads all live in the pod's cgroup, where this changes nothing)
+STANDBY_NICE = 10
+
+
+def lower_priority() -> None:
+    """Run this process (and the JVM it starts later, which inherits it) as background work."""
+    try:
+        os.nice(STANDBY_NICE)
+    except OSError as exc:
+        log.debug("cannot lower priority: %s", exc)
+
+
+def set_priority(pids: list[int], nice: int) -> int:
+    """``nice`` for every thread of ``pids`` (this process and Spark's JVM); returns how many
+    threads took it (raising priority back to 0 needs CAP_SYS_NICE: where it is not permitted the
+    driver keeps running, at the standby's priority)."""
+    changed = 0
+    for pid in pids:
+        try:
+            tids = [int(t) for t in os.listdir(f"/proc/{pid}/task")]
+        except OSError:
+            continue
+        for tid in tids:
+            try:
+                os.setpriority(os.PRIO_PROCESS, tid, nice)
+                changed += 1
+            except OSError:
+                pass
+    return changed
+
+
+def _own_pids(spark: Any) -> list[int]:
+    proc = getattr(getattr(spark.sparkContext, "_gateway", None), "proc", None)
+    return [os.getpid(), *([int(proc.pid)] if proc is not None else [])]
+
+
 def set_pod_role(api: KubeApi | None, namespace: str, pod: str, role: str) -> None:
     """Label this driver's pod with its role (best effort: the Lease is the truth)."""
     if api is None or not pod:
@@ -236,8 +274,10 @@ def run_elected(
             if leadership is None:
                 log.info("standby: stopped before taking over")
                 return 0
+            log.debug("active: %s threads at normal priority", set_priority(_own_pids(spark), 0))
             end, code = _term(config, prepared, state, drain_requested, elector, api, pod, leadership)
             if end in (HANDOFF, LOST):
+                set_priority(_own_pids(spark), STANDBY_NICE)
                 continue
             return code
     finally:

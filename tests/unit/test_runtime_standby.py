@@ -172,3 +172,22 @@ def test_a_lease_released_long_ago_is_no_handoff() -> None:
     assert not released_recently(rec("2026-11-22T11:50:00.000000Z"), now)  # a resume after suspend
     assert not released_recently(rec(None), now)
     assert released_recently(rec("2026-11-22T11:59:59Z"), now)
+
+
+def test_a_standby_runs_below_the_active_driver_and_takes_normal_priority_back() -> None:
+    import subprocess
+    import sys
+
+    from sluice_runtime.driver import STANDBY_NICE, set_priority
+
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        assert set_priority([child.pid], STANDBY_NICE) >= 1
+        assert os.getpriority(os.PRIO_PROCESS, child.pid) == STANDBY_NICE
+        if os.geteuid() == 0:  # raising priority back needs CAP_SYS_NICE
+            assert set_priority([child.pid], 0) >= 1
+            assert os.getpriority(os.PRIO_PROCESS, child.pid) == 0
+        assert set_priority([2**22 + 12345], 0) == 0  # a process that is gone is skipped
+    finally:
+        child.kill()
+        child.wait()
