@@ -172,7 +172,10 @@ def test_drain_on_sigterm(kafka: str, spark_jars: list[Path], tmp_path: Path) ->
     deadline = time.monotonic() + 60
     while rt.get("/readyz")[0] != 200 and time.monotonic() < deadline:
         time.sleep(1)
-    assert rt.get("/readyz") == (200, "ok\n")
+    code, body = rt.get("/readyz")
+    pinned = Plan.from_json(plan_path.read_bytes())
+    plan_hash = pinned.hash or pinned.compute_hash()
+    assert code == 200 and body.startswith("ok") and f"plan {plan_hash[:12]}" in body, body  # names its plan
     code, metrics = rt.get("/metrics")
     assert code == 200, metrics
     query = query_name(qid)
