@@ -95,10 +95,9 @@ def prune(base: str | Path, live: int, keep_behind: int = KEEP_BEHIND) -> list[i
 
 def last_commit_time(checkpoint: str | Path) -> tuple[int, float] | None:
     """(batch id, modification time) of the newest ``commits/N``."""
-    commits = Path(checkpoint) / "commits"
-    if not commits.is_dir():
+    from sluice_runtime.drain import last_commit
+
+    batch = last_commit(checkpoint)
+    if batch is None:
         return None
-    ids = sorted(int(p.name) for p in commits.iterdir() if p.name.isdigit())
-    if not ids:
-        return None
-    return ids[-1], (commits / str(ids[-1])).stat().st_mtime
+    return batch, (Path(checkpoint) / "commits" / str(batch)).stat().st_mtime

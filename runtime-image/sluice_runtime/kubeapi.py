@@ -63,10 +63,13 @@ class KubeApi:
         self.timeout = timeout
         self._ssl = ssl.create_default_context(cafile=config.ca_file) if config.ca_file else None
 
+    def _token(self) -> str:
+        with open(self.config.token_file, encoding="utf-8") as fh:
+            return fh.read().strip()
+
     def _request(self, method: str, path: str, body: Any = None, content_type: str = "application/json",
                  timeout: float | None = None) -> Any:
-        with open(self.config.token_file, encoding="utf-8") as fh:
-            token = fh.read().strip()
+        token = self._token()
         data = None if body is None else json.dumps(body).encode()
         req = urllib.request.Request(self.config.server + path, data=data, method=method)
         req.add_header("Authorization", f"Bearer {token}")
@@ -106,8 +109,7 @@ class KubeApi:
                     ) -> Iterator[tuple[str, dict[str, Any]]]:
         """Events (type, object) of one Lease from ``resource_version`` on, until the server ends
         the watch (``timeout``)."""
-        with open(self.config.token_file, encoding="utf-8") as fh:
-            token = fh.read().strip()
+        token = self._token()
         path = (f"{LEASES.format(ns=ns)}?watch=1&fieldSelector=metadata.name%3D{name}"
                 f"&resourceVersion={resource_version}&timeoutSeconds={int(timeout)}&allowWatchBookmarks=false")
         req = urllib.request.Request(self.config.server + path, method="GET")

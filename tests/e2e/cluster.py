@@ -70,10 +70,8 @@ class E2ECluster:
         return None
 
     def driver_pod(self, namespace: str, query: str) -> dict[str, Any] | None:
-        selector = f"sluice.dev/query={query},app.kubernetes.io/component=driver"
-        out = self.kubectl("get", "pods", "-n", namespace, "-l", selector, "-o", "json", check=False)
-        items = json.loads(out).get("items", []) if out.strip() else []
-        return items[0] if items else None
+        pods = self.driver_pods(namespace, query)
+        return pods[0] if pods else None
 
     def kill_driver(self, namespace: str, query: str) -> str:
         """kill -9 the driver's runtime process; returns the pod uid it killed in."""
