@@ -39,6 +39,7 @@ if str(REPO) not in sys.path:  # run as a script: the shared helpers live in tes
     sys.path.insert(0, str(REPO))
 
 from tests.support.feed import Feed, lost_and_duplicated  # noqa: E402
+from tests.support.waiting import eventually  # noqa: E402
 
 KINDS = ("kill-standby", "kill-cold", "roll-handoff", "restart-cold")
 
@@ -84,16 +85,6 @@ class Platform:
 def ready(pod: dict[str, Any]) -> bool:
     conds = {c["type"]: c["status"] for c in (pod.get("status") or {}).get("conditions") or []}
     return conds.get("Ready") == "True"
-
-
-def wait(what: str, check: Any, timeout: float = 300.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        got = check()
-        if got:
-            return got
-        time.sleep(0.5)
-    raise RuntimeError(f"timed out waiting for {what}")
 
 
 class Watcher:
@@ -196,7 +187,8 @@ def main() -> int:
     for round_ in range(args.events):
         for kind in kinds:
             name = "warm" if kind == "kill-standby" else "cold"
-            wait(f"{name} settled", lambda n=name: settled(n, queries[n]), 600)
+            eventually(lambda n=name: settled(n, queries[n]), what=f"{name} settled", timeout=600,
+                       interval=0.5)
             time.sleep(5)
             before = p.lease_gap(ns, name).get("time")
             pod = p.active(ns, name)
@@ -212,8 +204,9 @@ def main() -> int:
                           json.dumps({"spec": {"restartNonce": f"r{round_}"}}))
             # the event ends when the new driver recorded its first commit (a roll first waits for
             # the replacement to warm up, while the old driver keeps serving)
-            runtime_gap = wait("the takeover gap", lambda n=name, b=before: (
-                (g := p.lease_gap(ns, n)).get("time") != b and g.get("gapSeconds") is not None and g), 300)
+            runtime_gap = eventually(lambda n=name, b=before: (
+                (g := p.lease_gap(ns, n)).get("time") != b and g.get("gapSeconds") is not None and g),
+                what="the takeover gap", timeout=300, interval=0.5)
             time.sleep(8)  # output flowing again
             gap = watchers[name].gap_between(t0, time.monotonic())
             results[kind].append((gap, runtime_gap.get("gapSeconds")))
