@@ -166,7 +166,8 @@ def pending_restore(annotations: dict[str, str], plan_hash: str) -> RestoreReque
 
 _JAVA_CLASS = re.compile(r"\b((?:[a-z_][a-z0-9_]*\.)+[A-Z][A-Za-z0-9_]*(?:Exception|Error))\b")
 _ERROR_CLASS = re.compile(r"\[([A-Z][A-Z0-9_]+(?:\.[A-Z0-9_]+)?)\]")
-_SQL_FRAGMENT = re.compile(r'== SQL(?: of [^\n]*)?\(line \d+, position \d+\) ==\s*\n(.+?)\n', re.S)
+_SQL_FRAGMENT = re.compile(r"== SQL(?: of [^\n]*?)? ?\(line \d+, position \d+\) ==[ \t]*\n(.+?)\n")
+_CLASS_PREFIX = re.compile(r"^(?:[a-z_][a-z0-9_]*\.)+[A-Z][A-Za-z0-9_]*:\s*")
 
 
 def error_of(text: str) -> tuple[str, str]:
@@ -179,6 +180,8 @@ def error_of(text: str) -> tuple[str, str]:
     java = _JAVA_CLASS.findall(text)
     error_class = named.group(1) if named else (java[-1].rsplit(".", 1)[-1] if java else "Error")
     first = next((line.strip() for line in text.splitlines() if line.strip()), "")
+    while _CLASS_PREFIX.match(first):
+        first = _CLASS_PREFIX.sub("", first, count=1)
     return error_class, first[:MAX_MESSAGE]
 
 
