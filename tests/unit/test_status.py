@@ -164,8 +164,8 @@ def test_steady_classify_wait_cancel() -> None:
 @pytest.mark.parametrize(("category", "decision", "allow", "step"), [
     ("none", "none", True, Step.APPLYING),
     ("transparent", "in-place", True, Step.APPLYING),
-    ("data-selection", "in-place", True, Step.AWAITING_UPGRADE),
-    ("schema-evolution", "in-place", True, Step.AWAITING_UPGRADE),
+    ("data-selection", "in-place", True, Step.APPLYING),
+    ("schema-evolution", "in-place", True, Step.APPLYING),
     ("topology", "replace", True, Step.AWAITING_UPGRADE),
     ("topology", "replace", False, Step.REJECTED),
     ("unsupported", "reject", True, Step.REJECTED),
@@ -185,4 +185,5 @@ def test_completed_plan_and_outcomes() -> None:
                                           "formatVersion": 1}
     assert outcome_of(Step.AWAITING_UPGRADE) == "Pending"
     assert outcome_of(Step.REJECTED) == "Rejected"
-    assert outcome_of(Step.APPLYING) == "Applied"
+    assert outcome_of(Step.APPLYING) == "InProgress"
+    assert outcome_of(Step.FAILED) == "Failed"

@@ -3,16 +3,22 @@
 States (``Step``)::
 
     (no rollout) --first compile--> Deploying --objects created--> (no rollout, plan pinned)
-    (plan pinned) --spec edit--> classify -> none/transparent      --> Applying --driver rolled--> (pinned)
-                                           -> in-place/replace      --> AwaitingUpgrade (waits)
-                                           -> reject                --> Rejected (waits for a new edit)
+    (plan pinned) --spec edit--> classify -> none / in-place --> Applying --driver template switched-->
+                                 Verifying --gate passed--> (no rollout, target pinned: Succeeded)
+                                           --gate failed, rollback Auto--> RollingBack
+                                           --gate failed, rollback Never--> Failed (Degraded)
+                      RollingBack --the stable plan runs again--> (no rollout: RolledBack / Cancelled)
+                                  --it does not either--> Failed
+                                 -> replace --> AwaitingUpgrade (waits)
+                                 -> reject  --> Rejected (waits for a new edit)
     AwaitingUpgrade/Rejected --spec back at the pinned plan--> (no rollout, cancelled)
-    AwaitingUpgrade/Rejected --another edit--> classify again
+    Applying/Verifying --spec back at the pinned plan--> RollingBack (Cancelled)
+    Failed --another edit--> classify against the plan the workload is on
 
-``Deploying`` and ``Applying`` are always finished before anything else is considered, so an
-operator restart in the middle resumes them instead of forgetting them. The upgrade
-orchestration (replace, in-place with health gates, rollback) slots in by making
-``AwaitingUpgrade`` rollouts executable: see ``executes_automatically``.
+``status.plan`` is always the last *stable* plan: the one a rollback returns to. In-flight steps
+(``IN_FLIGHT``) are finished before a newer edit is looked at, so there is never more than one
+rollout, and an edit is always classified against the plan that actually runs (``deployed``).
+Every step is idempotent: an operator restarted after any write resumes at the step written.
 """
 
 from __future__ import annotations
@@ -25,41 +31,78 @@ from typing import Any, Literal
 class Step(StrEnum):
     DEPLOYING = "Deploying"
     APPLYING = "Applying"
+    VERIFYING = "Verifying"
+    ROLLING_BACK = "RollingBack"
+    FAILED = "Failed"
     AWAITING_UPGRADE = "AwaitingUpgrade"
     REJECTED = "Rejected"
 
 
-ActionKind = Literal["create", "resume", "steady", "classify", "wait", "cancel"]
+class Outcome(StrEnum):
+    PENDING = "Pending"
+    IN_PROGRESS = "InProgress"
+    SUCCEEDED = "Succeeded"
+    ROLLED_BACK = "RolledBack"
+    FAILED = "Failed"
+    REJECTED = "Rejected"
+    CANCELLED = "Cancelled"
 
-IN_FLIGHT = frozenset({Step.DEPLOYING, Step.APPLYING})
+
+#: how a rollback returns to the stable plan
+HAND_BACK = "handBack"  # on the current checkpoint (new-to-old is in-place, or the new plan never ran)
+RESTORE = "restore"  # from the checkpoint epoch kept before the switch (the backstop)
+
+ActionKind = Literal["create", "resume", "revert", "steady", "classify", "wait", "cancel"]
+
+IN_FLIGHT = frozenset({Step.DEPLOYING, Step.APPLYING, Step.VERIFYING, Step.ROLLING_BACK})
+#: steps the operator re-evaluates on a timer (the health gate)
+GATED = frozenset({Step.APPLYING, Step.VERIFYING, Step.ROLLING_BACK})
 WAITING = frozenset({Step.AWAITING_UPGRADE, Step.REJECTED})
+FINAL_OUTCOMES = frozenset({Outcome.SUCCEEDED, Outcome.ROLLED_BACK, Outcome.FAILED, Outcome.REJECTED,
+                            Outcome.CANCELLED})
+HISTORY_LENGTH = 10
 
 
 @dataclass(frozen=True)
 class Action:
     kind: ActionKind
     rollout: dict[str, Any] | None = None
+    from_hash: str | None = None  # classify: the plan that runs
+
+
+def deployed_hash(pinned: dict[str, Any] | None, rollout: dict[str, Any] | None) -> str | None:
+    """The plan the driver workload is on when no rollout is in flight."""
+    if rollout is not None and rollout.get("step") == Step.FAILED:
+        return str(rollout.get("targetHash"))
+    return (pinned or {}).get("hash")
 
 
 def next_action(pinned: dict[str, Any] | None, rollout: dict[str, Any] | None, compiled_hash: str) -> Action:
     """What the reconcile does next, from the status (pinned plan, rollout) and the compiled spec."""
-    if rollout is not None and rollout.get("step") in IN_FLIGHT:
-        return Action("resume", rollout)
     pinned_hash = (pinned or {}).get("hash")
+    step = (rollout or {}).get("step")
+    if rollout is not None and step in IN_FLIGHT:
+        if (step in (Step.APPLYING, Step.VERIFYING) and pinned_hash == compiled_hash
+                and rollout.get("targetHash") != pinned_hash):
+            return Action("revert", rollout)
+        return Action("resume", rollout)
     if pinned_hash is None:
         return Action("create")
-    if pinned_hash == compiled_hash:
+    deployed = deployed_hash(pinned, rollout)
+    if deployed == compiled_hash:
+        if rollout is not None and step == Step.FAILED:
+            return Action("wait", rollout)
         if rollout is not None:
             return Action("cancel", rollout)
         return Action("steady")
-    if rollout is not None and rollout.get("step") in WAITING and rollout.get("targetHash") == compiled_hash:
+    if rollout is not None and step in WAITING and rollout.get("targetHash") == compiled_hash:
         return Action("wait", rollout)
-    return Action("classify", rollout)
+    return Action("classify", rollout, from_hash=deployed)
 
 
 def executes_automatically(category: str, decision: str) -> bool:
-    """Edits this issue carries out itself: ``none`` and ``transparent`` ones."""
-    return decision == "none" or category == "transparent"
+    """Edits the operator carries out itself: ``none`` and every ``in-place`` decision."""
+    return decision in ("none", "in-place")
 
 
 def new_rollout(
@@ -73,8 +116,12 @@ def new_rollout(
     strategy: str,
     now: str,
     message: str = "",
+    from_hash: str | None = None,
+    rollout_id: str | None = None,
 ) -> dict[str, Any]:
     return {
+        "id": rollout_id or f"{now}/{target_hash[:12]}",
+        "fromHash": from_hash,
         "targetHash": target_hash,
         "targetPlanVersion": target_plan_version,
         "targetConfigMap": target_config_map,
@@ -104,34 +151,73 @@ def classified_rollout(
     decision: str,
     allow_replace: bool,
     now: str,
+    from_hash: str | None = None,
 ) -> dict[str, Any]:
     """The rollout recorded after classifying an edit (before acting on it)."""
     version = int(pinned.get("version") or 1)
+    common: dict[str, Any] = {"target_hash": target_hash, "target_config_map": target_config_map,
+              "category": category,
+              "decision": decision, "now": now, "from_hash": from_hash or pinned.get("hash")}
     if executes_automatically(category, decision):
-        return new_rollout(
-            step=Step.APPLYING, target_hash=target_hash, target_plan_version=version,
-            target_config_map=target_config_map, category=category, decision=decision,
-            strategy="in-place", now=now, message="rolling the driver onto the new plan (same checkpoint)",
-        )
+        return new_rollout(step=Step.APPLYING, target_plan_version=version, strategy="in-place",
+                           message="starting a driver on the new plan (same checkpoint), then handing off",
+                           **common)
     if decision == "reject" or (decision == "replace" and not allow_replace):
         why = "the classifier rejects this change" if decision == "reject" else (
             "the change needs a replace and spec.upgrade.allowReplace is false"
         )
-        return new_rollout(
-            step=Step.REJECTED, target_hash=target_hash, target_plan_version=version,
-            target_config_map=target_config_map, category=category, decision=decision,
-            strategy="none", now=now, message=why,
-        )
+        return new_rollout(step=Step.REJECTED, target_plan_version=version, strategy="none", message=why,
+                           **common)
     next_version = version + 1 if decision == "replace" else version
-    return new_rollout(
-        step=Step.AWAITING_UPGRADE, target_hash=target_hash, target_plan_version=next_version,
-        target_config_map=target_config_map, category=category, decision=decision,
-        strategy=decision, now=now, message=f"waiting: a {decision} upgrade is not carried out automatically",
-    )
+    return new_rollout(step=Step.AWAITING_UPGRADE, target_plan_version=next_version, strategy=decision,
+                       message=f"waiting: a {decision} upgrade is not carried out automatically", **common)
+
+
+def verifying(rollout: dict[str, Any], *, now: str, start_epoch: int) -> dict[str, Any]:
+    """The workload is on the target plan: the gate starts now, for Lease terms after ``start_epoch``."""
+    return {**rollout, "step": str(Step.VERIFYING), "gateStarted": now, "startEpoch": start_epoch,
+            "message": "waiting for the driver on the new plan to take over and commit batches"}
+
+
+def rollback_mode(*, back_is_in_place: bool, target_ran: bool, backstop_epoch: int | None) -> tuple[str, str]:
+    """How to return to the stable plan, and why.
+
+    The checkpoint is only touched by the target plan once one of its drivers held the Lease
+    (``target_ran``). Until then, or when the classifier calls new-to-old in-place, hand back on
+    the current checkpoint; otherwise restore the backstop epoch kept before the switch."""
+    if not target_ran:
+        return HAND_BACK, "the new plan never ran on the checkpoint"
+    if back_is_in_place:
+        return HAND_BACK, "going back to the old plan is an in-place change"
+    if backstop_epoch is None:
+        return HAND_BACK, "going back is not in-place, but no backstop snapshot was kept (handing back)"
+    return RESTORE, f"going back is not in-place: restoring the checkpoint snapshot (epoch {backstop_epoch})"
+
+
+def rolling_back(rollout: dict[str, Any], *, now: str, start_epoch: int, mode: str, why: str,
+                 error: dict[str, Any] | None, cancelled: bool = False,
+                 backstop_epoch: int | None = None) -> dict[str, Any]:
+    out = {**rollout, "step": str(Step.ROLLING_BACK),
+           "rollback": {"mode": mode, "reason": why, "started": now, "startEpoch": start_epoch,
+                        "cancelled": cancelled,
+                        **({"restoreEpoch": backstop_epoch} if mode == RESTORE else {})},
+           "message": ("the spec is back at the running plan: " if cancelled else "rolling back: ") + why}
+    if error is not None:
+        out["error"] = error
+    return out
+
+
+def failed(rollout: dict[str, Any], *, target_hash: str, message: str,
+           error: dict[str, Any] | None) -> dict[str, Any]:
+    """Stop here, Degraded, on ``target_hash`` (the plan the workload stays on) until an edit."""
+    out = {**rollout, "step": str(Step.FAILED), "targetHash": target_hash, "message": message}
+    if error is not None:
+        out["error"] = error
+    return out
 
 
 def completed_plan(rollout: dict[str, Any], format_version: int | None = None) -> dict[str, Any]:
-    """The pinned plan once an in-flight rollout is done."""
+    """The pinned plan once the rollout succeeded."""
     out = {
         "hash": rollout["targetHash"],
         "version": int(rollout["targetPlanVersion"]),
@@ -160,12 +246,31 @@ def upgrade_record(
         "changes": changes,
         "outcome": outcome,
         "time": now,
+        "startedAt": now,
     }
+
+
+def finished_record(record: dict[str, Any] | None, outcome: Outcome, now: str,
+                    **extra: Any) -> dict[str, Any]:
+    out = dict(record or {})
+    out.update({"outcome": str(outcome), "finishedAt": now})
+    out.update({k: v for k, v in extra.items() if v is not None})
+    return out
+
+
+def with_history(history: list[dict[str, Any]] | None, record: dict[str, Any]) -> list[dict[str, Any]]:
+    """``status.history`` with ``record`` (a finished upgrade) added: newest first, at most 10."""
+    previous = [r for r in (history or []) if (r.get("toHash"), r.get("startedAt")) !=
+                (record.get("toHash"), record.get("startedAt"))]
+    return [record, *previous][:HISTORY_LENGTH]
 
 
 def outcome_of(step: str) -> str:
     return {
-        Step.APPLYING: "Applied",
-        Step.AWAITING_UPGRADE: "Pending",
-        Step.REJECTED: "Rejected",
-    }.get(Step(step), "Applied")
+        Step.APPLYING: Outcome.IN_PROGRESS,
+        Step.VERIFYING: Outcome.IN_PROGRESS,
+        Step.ROLLING_BACK: Outcome.IN_PROGRESS,
+        Step.AWAITING_UPGRADE: Outcome.PENDING,
+        Step.REJECTED: Outcome.REJECTED,
+        Step.FAILED: Outcome.FAILED,
+    }.get(Step(step), Outcome.IN_PROGRESS)

@@ -117,3 +117,23 @@ class UpgradePolicy(SpecModel):
         description="handOff: the new query starts where the old one stopped; "
         "backfill: the new query re-reads its sources from the earliest offsets.",
     )
+    health_timeout_seconds: int = Field(
+        default=300, ge=10, le=86400,
+        description="How long the driver on the new plan has to show progress before the upgrade "
+        "counts as failed.",
+    )
+    health_batches: int = Field(
+        default=3, ge=1, le=1000,
+        description="Micro-batches the driver on the new plan must commit (or, with idle input, "
+        "progress events of a live trigger loop) for the upgrade to succeed.",
+    )
+    rollback: Literal["Auto", "Never"] = Field(
+        default="Auto",
+        description="Auto: a failed upgrade returns to the last stable plan; Never: the query stays "
+        "Degraded on the new plan with its error until the next edit.",
+    )
+    max_dead_letter_ratio: float | None = Field(
+        default=None, ge=0.0, le=1.0,
+        description="Fail the upgrade when more than this share of the new plan's input rows go to "
+        "the dead-letter topic.",
+    )

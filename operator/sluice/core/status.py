@@ -27,6 +27,8 @@ class Reason(StrEnum):
     ROLLING_OUT = "RollingOut"
     UPGRADE_PENDING = "UpgradePending"
     UPGRADE_REJECTED = "UpgradeRejected"
+    UPGRADE_FAILED = "UpgradeFailed"
+    DRIVER_FAILED = "DriverFailed"
     SUSPENDED = "Suspended"
     DELETING = "Deleting"
     COMPILE_FAILED = "CompileFailed"
@@ -51,6 +53,12 @@ class EventReason(StrEnum):
     TOPIC_CLEANUP_FAILED = "TopicCleanupFailed"
     UPGRADE_CLASSIFIED = "UpgradeClassified"
     UPGRADE_APPLIED = "UpgradeApplied"
+    UPGRADE_STARTED = "UpgradeStarted"
+    UPGRADE_SUCCEEDED = "UpgradeSucceeded"
+    UPGRADE_FAILED = "UpgradeFailed"
+    UPGRADE_ROLLING_BACK = "UpgradeRollingBack"
+    UPGRADE_ROLLED_BACK = "UpgradeRolledBack"
+    DRIVER_FAILED = "DriverFailed"
     UPGRADE_PENDING = "UpgradePending"
     UPGRADE_REJECTED = "UpgradeRejected"
     UPGRADE_CANCELLED = "UpgradeCancelled"
@@ -71,7 +79,7 @@ PHASES = (
 #: reasons that make a query Degraded (a problem the user must fix, or an outage to wait out)
 PROBLEM_REASONS = frozenset({
     Reason.COMPILE_FAILED, Reason.INVALID_SPEC, Reason.CLUSTER_NOT_FOUND, Reason.CLUSTER_INVALID,
-    Reason.KAFKA_UNREACHABLE, Reason.UPGRADE_REJECTED,
+    Reason.KAFKA_UNREACHABLE, Reason.UPGRADE_REJECTED, Reason.UPGRADE_FAILED, Reason.DRIVER_FAILED,
 })
 
 
@@ -141,6 +149,10 @@ def get_condition(conditions: list[dict[str, Any]], type_: str) -> dict[str, Any
     return next((c for c in conditions if c.get("type") == type_), None)
 
 
+#: rollout steps shown as Upgrading / Progressing
+ROLLING = ("Deploying", "Applying", "Verifying", "RollingBack")
+
+
 def derive_phase(facts: Facts) -> str:
     """The single lifecycle word shown by ``kubectl get sq`` (precedence top to bottom)."""
     from sluice.core.rollout import Step
@@ -151,7 +163,7 @@ def derive_phase(facts: Facts) -> str:
         return "Degraded"
     if facts.suspended:
         return "Suspended"
-    if facts.rollout_step in (Step.APPLYING, Step.DEPLOYING) and facts.plan_pinned:
+    if facts.rollout_step in ROLLING and facts.plan_pinned:
         return "Upgrading"
     if facts.rollout_step == Step.AWAITING_UPGRADE:
         return "UpgradePending"
@@ -193,7 +205,7 @@ def reduce_status(previous: dict[str, Any] | None, facts: Facts, now: str) -> di
         p = (False, Reason.SUSPENDED, "suspended")
     elif facts.rollout_step == Step.AWAITING_UPGRADE:
         p = (False, Reason.UPGRADE_PENDING, "a spec change waits for an upgrade that is not automatic")
-    elif facts.rollout_step in (Step.APPLYING, Step.DEPLOYING):
+    elif facts.rollout_step in ROLLING:
         p = (True, Reason.ROLLING_OUT, f"rollout step {facts.rollout_step}")
     elif not facts.plan_pinned:
         p = (True, Reason.RECONCILING, "compiling and deploying")

@@ -99,6 +99,30 @@ class CompileErrorStatus(StatusModel):
     column: int | None = None
 
 
+class UpgradeError(StatusModel):
+    """The error that failed an upgrade, as the driver on the new plan reported it."""
+
+    class_: str = Field(alias="class", description="Exception class (Spark's error class where it has one).")
+    message: str = ""
+    step: str | None = Field(default=None, description="The plan step the error points at, if known.")
+
+
+class RollbackInfo(StatusModel):
+    mode: Literal["handBack", "restore"] = Field(
+        description="handBack: the old plan takes over on the current checkpoint; restore: from the "
+        "checkpoint snapshot kept before the switch."
+    )
+    reason: str = ""
+    started: str
+    start_epoch: int = Field(description="Lease term count when the rollback began.")
+    cancelled: bool = Field(default=False, description="The spec went back to the running plan.")
+    restore_epoch: int | None = Field(default=None, description="Checkpoint epoch restored.")
+
+
+OUTCOMES = ("Pending", "InProgress", "Succeeded", "RolledBack", "Failed", "Rejected", "Cancelled")
+Outcome = Literal["Pending", "InProgress", "Succeeded", "RolledBack", "Failed", "Rejected", "Cancelled"]
+
+
 class UpgradeRecord(StatusModel):
     from_hash: str | None = None
     to_hash: str
@@ -106,20 +130,38 @@ class UpgradeRecord(StatusModel):
     decision: str = Field(description="none, in-place, replace or reject.")
     reasons: list[str] = Field(default_factory=list)
     changes: list[str] = Field(default_factory=list)
-    outcome: str = Field(description="Applied, Pending, Rejected or Superseded.")
-    time: str
+    outcome: Outcome = Field(description="Pending, InProgress, Succeeded, RolledBack, Failed, Rejected or "
+                             "Cancelled.")
+    time: str = Field(description="When the edit was classified.")
+    started_at: str | None = None
+    finished_at: str | None = None
+    gap_seconds: float | None = Field(
+        default=None, description="Last commit of the old plan to first commit of the new one (runtime)."
+    )
+    checkpoint: str | None = Field(default=None, description="Checkpoint the new plan ran on.")
+    epoch: int | None = Field(default=None, description="Lease term (checkpoint epoch) of the new plan.")
+    rollback: str | None = Field(default=None, description="handBack or restore, when rolled back.")
+    message: str | None = None
+    error: UpgradeError | None = None
 
 
 class Rollout(StatusModel):
+    id: str | None = None
+    from_hash: str | None = Field(default=None, description="The plan running when the rollout began.")
     target_hash: str
     target_plan_version: int
     target_config_map: str | None = None
     category: str
     decision: str
     strategy: str = Field(description="create, in-place, replace or none.")
-    step: str = Field(description="Current step of the rollout state machine.")
+    step: str = Field(description="Deploying, Applying, Verifying, RollingBack, Failed, AwaitingUpgrade or "
+                      "Rejected.")
     started: str
     message: str = ""
+    gate_started: str | None = Field(default=None, description="When the health gate started.")
+    start_epoch: int | None = Field(default=None, description="Lease term count when the gate started.")
+    rollback: RollbackInfo | None = None
+    error: UpgradeError | None = None
 
 
 class QueryIdentity(StatusModel):
@@ -163,6 +205,8 @@ class StreamingQueryStatus(StatusModel):
     plan: PinnedPlan | None = Field(default=None, description="The plan the driver runs.")
     rollout: Rollout | None = Field(default=None, description="The rollout in progress, if any.")
     last_upgrade: UpgradeRecord | None = None
+    history: list[UpgradeRecord] = Field(default_factory=list,
+                                         description="The last 10 upgrades, newest first.")
     last_compile_error: CompileErrorStatus | None = None
     identity: QueryIdentity | None = None
     cluster: str | None = Field(default=None, description="Name of the QueryCluster in use.")

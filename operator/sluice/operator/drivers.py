@@ -14,8 +14,9 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from sluice.core import election
+from sluice.core import election, gate
 from sluice.core.naming import QueryNames
+from sluice.core.rollout import GATED
 from sluice.core.status import EventReason, Facts, Reason, StatusProblem, get_condition
 from sluice.crd.streamingquery import StreamingQuerySpec
 from sluice.operator.common import Env, QueryRun, _facts
@@ -44,8 +45,33 @@ def _current_problem(status: dict[str, Any]) -> StatusProblem | None:
         return None
 
 
+def driver_problem(env: Env, ctx: Any, plan_hash: str, ready: bool) -> StatusProblem | None:
+    """A failed or crash-looping driver of the pinned plan, outside a rollout (reads Lease, pods)."""
+    if ready:
+        return None
+    lease = env.kube.get("Lease", ctx.namespace, election.lease_name(ctx.names.base))
+    record = election.LeaseRecord.from_lease(lease) if lease is not None else None
+    pods = env.kube.list("Pod", ctx.namespace, driver_selector(ctx.names.base))
+    message = gate.driver_problem(record, pods, plan_hash, ready)
+    return StatusProblem(Reason.DRIVER_FAILED, message) if message else None
+
+
+def _problem_now(status: dict[str, Any], record: election.LeaseRecord | None, pods: list[dict[str, Any]],
+                 ready: bool, suspended: bool) -> StatusProblem | None:
+    """The standing problem, with the driver failure (outside a rollout) brought up to date."""
+    problem = _current_problem(status)
+    if problem is not None and problem.reason != Reason.DRIVER_FAILED:
+        return problem
+    plan_hash = (status.get("plan") or {}).get("hash")
+    if not plan_hash or suspended or (status.get("rollout") or {}).get("step") in GATED:
+        return problem
+    message = gate.driver_problem(record, pods, plan_hash, ready)
+    return StatusProblem(Reason.DRIVER_FAILED, message) if message else None
+
+
 def refresh_readiness(env: Env, body: dict[str, Any], driver_ready: bool,
-                      updates: dict[str, Any] | None = None) -> bool:
+                      updates: dict[str, Any] | None = None,
+                      problem: StatusProblem | bool | None = False) -> bool:
     """Recompute the conditions of a query whose active driver's readiness (or ``updates``, e.g.
     ``drivers``) changed, keeping a standing problem and the observed generation; returns whether
     the status was written (only if the query is still at the ``resourceVersion`` of ``body``)."""
@@ -56,7 +82,9 @@ def refresh_readiness(env: Env, body: dict[str, Any], driver_ready: bool,
         spec = StreamingQuerySpec.model_validate(body.get("spec") or {})
     except ValidationError:
         return False
-    facts = _facts(run, spec, problem=_current_problem(run.status), driver_ready=driver_ready)
+    current = _current_problem(run.status) if problem is False else problem
+    facts = _facts(run, spec, problem=current if isinstance(current, StatusProblem) else None,
+                   driver_ready=driver_ready)
     facts = Facts(**{**facts.__dict__, "generation": run.status.get("observedGeneration")})
     return run.write(updates or {}, facts, resource_version=body["metadata"].get("resourceVersion"))
 
@@ -82,7 +110,8 @@ def refresh_drivers(env: Env, namespace: str, query: str, lease: dict[str, Any] 
         # but send them, so that a driver that is gone is removed from the stored status
         unchanged = {k: v for k, v in drivers.items() if v is not None} == previous
         try:
-            written = refresh_readiness(env, body, ready, {} if unchanged else {"drivers": drivers})
+            problem = _problem_now(body.get("status") or {}, record, pods, ready, suspended)
+            written = refresh_readiness(env, body, ready, {} if unchanged else {"drivers": drivers}, problem)
         except KubeError as exc:
             if exc.status != 409:
                 raise

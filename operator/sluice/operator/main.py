@@ -56,6 +56,9 @@ def build_registry(login: Any = None) -> kopf.OperatorRegistry:
     # spec edits, and the cluster-revision annotation a QueryCluster change sets (see cluster.fan_out)
     kopf.on.update(*SQ, registry=registry, id="reconcile-update", backoff=10)(query_reconcile.handle)
     kopf.on.resume(*SQ, registry=registry, id="reconcile-resume", backoff=10)(query_reconcile.handle)
+    # the health gate of a rollout in flight is evaluated on a timer (it waits on the drivers)
+    kopf.on.timer(*SQ, registry=registry, id="rollout-gate", interval=query_reconcile.GATE_INTERVAL,
+                  when=query_reconcile.rollout_in_flight)(query_reconcile.handle)
     kopf.on.delete(*SQ, registry=registry, id="finalize", backoff=5)(query_delete.handle)
     kopf.on.event("apps", "v1", "deployments", registry=registry, id="driver-readiness",
                   labels=MANAGED)(query_driver.handle)  # type: ignore[arg-type]

@@ -38,6 +38,7 @@ from sluice.operator.common import (
     read_kafka_secrets,
 )
 from sluice.operator.deletion import KAFKA_DELETE_RETRIES, delete_query
+from sluice.operator.drivers import driver_problem
 from sluice.operator.kafka_admin import KafkaUnavailable, sink_topic_settings
 from sluice.operator.rollout import advance
 from sluice.operator.workload import _identity_status
@@ -150,6 +151,10 @@ def reconcile_query(env: Env, body: dict[str, Any], retry: int = 0) -> str:
     rollout = run.status.get("rollout")
     if rollout and rollout.get("step") == Step.REJECTED:
         problem = StatusProblem(Reason.UPGRADE_REJECTED, rollout.get("message") or "upgrade rejected")
+    elif rollout and rollout.get("step") == Step.FAILED:
+        problem = StatusProblem(Reason.UPGRADE_FAILED, rollout.get("message") or "upgrade failed")
+    elif not rollout and run.status.get("plan") and not spec.suspend:
+        problem = driver_problem(env, ctx, run.status["plan"]["hash"], ready)
     run.write(base_updates, _facts(run, spec, problem=problem, driver_ready=ready))
     phase = str(run.status.get("phase"))
     env.metrics.phase(f"{run.ns}/{run.name}", phase)  # also counts queries that did not change

@@ -13,27 +13,31 @@ from typing import Any
 from sluice.core.plan.model import Plan
 from sluice.core.rollout import (
     Action,
+    Outcome,
     Step,
     classified_rollout,
     completed_plan,
     creation_rollout,
+    finished_record,
     next_action,
     outcome_of,
     upgrade_record,
+    with_history,
 )
+from sluice.core.spec import UpgradePolicy
 from sluice.core.status import EventReason, Facts
 from sluice.crd.querycluster import QueryClusterSpec
 from sluice.crd.streamingquery import StreamingQuerySpec
+from sluice.operator import upgrade
 from sluice.operator.builders.context import QueryContext
 from sluice.operator.common import QueryRun
 from sluice.operator.workload import _converge, _ensure_plan_config_map, _identity_status
 
 log = logging.getLogger("sluice.operator")
 
-#: Turns ``advance`` takes at most in one reconcile. Three are ever needed (finish an in-flight
-#: rollout the spec has moved away from, classify the new edit, carry out its in-place step);
-#: the bound keeps a state machine that does not settle from looping, and the next reconcile
-#: continues from the status.
+#: Turns ``advance`` takes at most in one reconcile: enough to finish an in-flight step, classify
+#: the newest edit and start carrying it out; the bound keeps a state machine that does not settle
+#: from looping, and the next reconcile (the rollout timer) continues from the status.
 MAX_TURNS = 4
 
 
@@ -46,15 +50,18 @@ def advance(run: QueryRun, ctx: QueryContext, spec: StreamingQuerySpec, cluster:
     ``plan_hash``, and carries out that one step:
 
     * ``create``: write the Deploying rollout, create the workload, pin the plan; done.
-    * ``resume``: finish the in-flight Deploying/Applying rollout; done when it targeted
-      ``plan_hash``, otherwise (the spec moved on meanwhile) take another turn.
-    * ``classify``: classify the edit and write its rollout; ``Applying`` takes another turn to
-      carry it out, ``AwaitingUpgrade``/``Rejected`` keep the workload on the pinned plan; done.
-    * ``cancel``: the spec is back at the pinned plan: drop the rollout; take another turn.
-    * ``steady``/``wait``: converge the workload on the pinned plan; done.
-
-    After ``MAX_TURNS`` turns it returns whatever the last step reported.
+    * ``resume``: carry out the in-flight step: Deploying (finish), Applying (switch the driver
+      template, start the gate), Verifying (evaluate the gate), RollingBack (back on the stable
+      plan, wait for it to run); another turn only when the rollout ended.
+    * ``revert``: the spec went back to the stable plan during Applying/Verifying: roll back,
+      outcome Cancelled.
+    * ``classify``: classify the edit against the plan that runs and write its rollout;
+      ``Applying`` takes another turn to start it; ``AwaitingUpgrade``/``Rejected`` keep the workload
+      on the pinned plan; done.
+    * ``cancel``: the spec is back at the pinned plan while an upgrade waited: drop it; another turn.
+    * ``steady``/``wait``: converge the workload on the plan it should be on; done.
     """
+    policy = spec.upgrade or cluster.upgrade
     ready = False
     for _ in range(MAX_TURNS):
         action = next_action(run.status.get("plan"), run.status.get("rollout"), plan_hash)
@@ -62,25 +69,35 @@ def advance(run: QueryRun, ctx: QueryContext, spec: StreamingQuerySpec, cluster:
         if action.kind == "create":
             return _create(run, ctx, plan, plan_hash, plan_json, base)
         if action.kind == "resume":
-            ready = _resume(run, ctx, plan, plan_hash, plan_json, action)
-            if (action.rollout or {}).get("targetHash") == plan_hash:
-                return ready
+            ready = _resume(run, ctx, plan, plan_hash, plan_json, action, policy)
+            if run.status.get("rollout") is not None:
+                return ready  # still in flight: the gate (or the next step) waits
+        elif action.kind == "revert":
+            rollout = action.rollout or {}
+            return upgrade.start_rollback(run, ctx, rollout, upgrade.read_lease(run, ctx),
+                                          why_failed="", error=None, cancelled=True)
         elif action.kind == "classify":
-            ready = _classify(run, ctx, spec, cluster, plan, plan_hash, plan_json, base)
+            ready = _classify(run, ctx, spec, cluster, plan, plan_hash, plan_json, base, action.from_hash)
             if run.status.get("rollout", {}).get("step") != Step.APPLYING:
                 return ready
         elif action.kind == "cancel":
             _cancel(run)
+        elif action.kind == "wait" and (action.rollout or {}).get("step") == Step.FAILED:
+            rollout = action.rollout or {}
+            return _converge(run, ctx, rollout["targetHash"], rollout["targetConfigMap"]
+                             or ctx.names.plan_config_map(rollout["targetHash"]))
         else:  # steady or wait: keep the workload converged on the pinned plan
             return _converge(run, ctx, run.status["plan"]["hash"], run.status["plan"]["configMap"])
     return ready
 
 
 def _cancel(run: QueryRun) -> None:
-    record = dict(run.status.get("lastUpgrade") or {})
+    record = run.status.get("lastUpgrade")
+    updates: dict[str, Any] = {"rollout": None}
     if record:
-        record["outcome"] = "Cancelled"
-    run.write({"rollout": None, "lastUpgrade": record or None})
+        done = finished_record(record, Outcome.CANCELLED, run.env.clock())
+        updates.update(lastUpgrade=done, history=with_history(run.status.get("history"), done))
+    run.write(updates)
     run.event("Normal", EventReason.UPGRADE_CANCELLED, "the spec is back at the running plan")
 
 
@@ -96,54 +113,57 @@ def _create(run: QueryRun, ctx: QueryContext, plan: Plan, plan_hash: str, plan_j
 
 def _finish(run: QueryRun, ctx: QueryContext, plan: Plan | None, plan_hash: str, plan_json: str | None,
             rollout: dict[str, Any]) -> bool:
-    """Carry out an in-flight rollout (Deploying / Applying) and mark it done."""
+    """Carry out the Deploying rollout (the first deployment) and pin its plan."""
     cm_name = rollout["targetConfigMap"]
     if plan_json is not None:
         _ensure_plan_config_map(run, ctx, plan_hash, plan_json)
-    ready = _converge(run, ctx, rollout["targetHash"], cm_name, fresh=rollout["step"] == Step.DEPLOYING)
-    previous = run.status.get("plan")
-    updates: dict[str, Any] = {"plan": completed_plan(rollout, plan.version if plan else None),
-                               "rollout": None}
-    if rollout["step"] == Step.APPLYING:
-        record = dict(run.status.get("lastUpgrade") or {})
-        if record.get("toHash") == rollout["targetHash"]:
-            record["outcome"] = "Applied"
-            updates["lastUpgrade"] = record
+    ready = _converge(run, ctx, rollout["targetHash"], cm_name, fresh=True)
     # the phase follows in the same write: a pinned plan never shows as Pending
-    run.write(updates, Facts(generation=run.generation, suspended=ctx.spec.suspend, plan_pinned=True,
-                             driver_ready=ready))
-    if rollout["step"] == Step.DEPLOYING:
-        run.event("Normal", EventReason.PLAN_PINNED, f"plan {plan_hash[:12]} pinned in ConfigMap {cm_name}")
-        run.event("Normal", EventReason.WORKLOAD_CREATED, f"driver Deployment {ctx.names.driver} created "
-                  f"({ctx.driver_replicas} replicas)")
-    else:
-        run.event("Normal", EventReason.UPGRADE_APPLIED,
-                  f"plan {(previous or {}).get('hash', '?')[:12]} -> {plan_hash[:12]} applied in place")
+    run.write({"plan": completed_plan(rollout, plan.version if plan else None), "rollout": None},
+              Facts(generation=run.generation, suspended=ctx.spec.suspend, plan_pinned=True,
+                    driver_ready=ready))
+    run.event("Normal", EventReason.PLAN_PINNED, f"plan {plan_hash[:12]} pinned in ConfigMap {cm_name}")
+    run.event("Normal", EventReason.WORKLOAD_CREATED, f"driver Deployment {ctx.names.driver} created "
+              f"({ctx.driver_replicas} replicas)")
     return ready
 
 
 def _resume(run: QueryRun, ctx: QueryContext, plan: Plan, plan_hash: str, plan_json: str,
-            action: Action) -> bool:
+            action: Action, policy: UpgradePolicy) -> bool:
     rollout = action.rollout or {}
+    step = rollout.get("step")
     target = rollout.get("targetHash")
-    if target == plan_hash:
-        return _finish(run, ctx, plan, plan_hash, plan_json, rollout)
-    # the spec moved on while the rollout was in flight: finish it from the pinned ConfigMap
-    cm = run.env.kube.get("ConfigMap", run.ns, rollout.get("targetConfigMap") or "")
-    if cm is None:
-        run.write({"rollout": None})  # never started: forget it; the next turn re-plans
+    if step == Step.DEPLOYING:
+        if target == plan_hash:
+            return _finish(run, ctx, plan, plan_hash, plan_json, rollout)
+        # the spec moved on before the first deployment finished: deploy the newest plan instead
+        run.write({"rollout": None})
         return False
-    return _finish(run, ctx, None, str(target), None, rollout)
+    if step == Step.APPLYING:
+        cm = run.env.kube.get("ConfigMap", run.ns, rollout.get("targetConfigMap") or "")
+        if cm is None:
+            if target != plan_hash:  # never started, and the spec moved on: forget it, re-plan
+                run.write({"rollout": None, "lastUpgrade": finished_record(
+                    run.status.get("lastUpgrade"), Outcome.CANCELLED, run.env.clock())})
+                return False
+            _ensure_plan_config_map(run, ctx, plan_hash, plan_json)
+        return upgrade.switch(run, ctx, rollout)
+    if step == Step.VERIFYING:
+        return upgrade.verify(run, ctx, rollout, policy)
+    return upgrade.roll_back(run, ctx, rollout)
 
 
 def _classify(run: QueryRun, ctx: QueryContext, spec: StreamingQuerySpec, cluster: QueryClusterSpec,
-              plan: Plan, plan_hash: str, plan_json: str, base: dict[str, Any]) -> bool:
+              plan: Plan, plan_hash: str, plan_json: str, base: dict[str, Any],
+              from_hash: str | None) -> bool:
     pinned = run.status["plan"]
     policy = spec.upgrade or cluster.upgrade
-    old_cm = run.env.kube.get("ConfigMap", run.ns, pinned["configMap"])
+    running = run.status.get("rollout") if from_hash != pinned["hash"] else None
+    from_cm_name = (running or {}).get("targetConfigMap") or pinned["configMap"]
+    old_cm = run.env.kube.get("ConfigMap", run.ns, from_cm_name)
     if old_cm is None:
         category, decision = "unsupported", "reject"
-        reasons = [f"the pinned plan ConfigMap {pinned['configMap']} is missing"]
+        reasons = [f"the running plan's ConfigMap {from_cm_name} is missing"]
         changes: list[str] = []
     else:
         from sluice.core.naming import PLAN_FILE
@@ -157,13 +177,18 @@ def _classify(run: QueryRun, ctx: QueryContext, spec: StreamingQuerySpec, cluste
     cm_name = ctx.names.plan_config_map(plan_hash)
     now = run.env.clock()
     rollout = classified_rollout(pinned=pinned, target_hash=plan_hash, target_config_map=cm_name,
-                                 category=category, decision=decision,
+                                 category=category, decision=decision, from_hash=from_hash,
                                  allow_replace=policy.allow_replace, now=now)
-    record = upgrade_record(from_hash=pinned["hash"], rollout=rollout, outcome=outcome_of(rollout["step"]),
-                            reasons=reasons, changes=changes, now=now)
     if rollout["step"] == Step.APPLYING:
-        record["outcome"] = "Applying"
-    run.write({**base, "rollout": rollout, "lastUpgrade": record})  # write-ahead
+        # the Lease term count before anything moves: only a term after it passes the gate
+        lease = upgrade.read_lease(run, ctx)
+        rollout["startEpoch"] = lease.transitions if lease is not None else 0
+    record = upgrade_record(from_hash=from_hash, rollout=rollout, outcome=outcome_of(rollout["step"]),
+                            reasons=reasons, changes=changes, now=now)
+    updates: dict[str, Any] = {**base, "rollout": rollout, "lastUpgrade": record}
+    if record["outcome"] == Outcome.REJECTED:
+        updates["history"] = with_history(run.status.get("history"), record)
+    run.write(updates)  # write-ahead
     summary = f"{category} change: {decision}" + (f" ({reasons[0]})" if reasons else "")
     run.event("Normal", EventReason.UPGRADE_CLASSIFIED, summary)
     if rollout["step"] == Step.AWAITING_UPGRADE:
@@ -172,7 +197,9 @@ def _classify(run: QueryRun, ctx: QueryContext, spec: StreamingQuerySpec, cluste
         run.event("Warning", EventReason.UPGRADE_REJECTED, rollout["message"] + f": {summary}")
     if rollout["step"] == Step.APPLYING:
         _ensure_plan_config_map(run, ctx, plan_hash, plan_json)
+        run.event("Normal", EventReason.UPGRADE_STARTED,
+                  f"in-place upgrade {str(from_hash)[:12]} -> {plan_hash[:12]}: {rollout['message']}")
         return False
-    # waiting or rejected: the workload stays on the pinned plan
-    return _converge(run, ctx, pinned["hash"], pinned["configMap"])
-
+    # waiting or rejected: the workload stays on the plan it runs
+    deployed_cm = from_cm_name
+    return _converge(run, ctx, str(from_hash or pinned["hash"]), deployed_cm)

@@ -1,15 +1,44 @@
-"""StreamingQuery create / update / resume: one level-based reconcile."""
+"""StreamingQuery create / update / resume, and the rollout timer: one level-based reconcile.
+
+The reconcile of one query never runs twice at once (a lock per query: kopf runs timers beside
+the change handlers), and it starts from the object as the API server has it now, not from the
+body of the event that woke it (an earlier reconcile may have written the status since).
+"""
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
+from sluice.core.rollout import GATED
 from sluice.operator.handlers._common import as_dict, env, kopf_errors
 from sluice.operator.reconcile import reconcile_query
 
+#: seconds between evaluations of a rollout's health gate
+GATE_INTERVAL = 2.0
 
-def handle(body: Any, retry: int, logger: Any = None, **_: Any) -> None:
-    with kopf_errors("StreamingQuery", "reconcile"):
-        phase = reconcile_query(env(), as_dict(body), retry=retry)
+_LOCKS: dict[str, threading.Lock] = {}
+_LOCKS_GUARD = threading.Lock()
+
+
+def _lock(uid: str) -> threading.Lock:
+    with _LOCKS_GUARD:
+        return _LOCKS.setdefault(uid, threading.Lock())
+
+
+def rollout_in_flight(status: Any = None, **_: Any) -> bool:
+    """Whether the query has a rollout the timer must drive (its gate waits on the drivers)."""
+    rollout = (status or {}).get("rollout") or {}
+    return rollout.get("step") in GATED
+
+
+def handle(body: Any, retry: int = 0, logger: Any = None, **_: Any) -> None:
+    current = as_dict(body)
+    meta = current["metadata"]
+    with _lock(str(meta.get("uid"))), kopf_errors("StreamingQuery", "reconcile"):
+        fresh = env().kube.get("StreamingQuery", meta["namespace"], meta["name"])
+        if fresh is None:
+            return
+        phase = reconcile_query(env(), fresh, retry=retry)
     if logger is not None:
         logger.info(f"reconciled: phase {phase}")

@@ -1,0 +1,256 @@
+"""The in-place upgrade steps of the rollout executor: switch, health gate, rollback.
+
+Called by ``rollout.advance`` for rollouts in ``Applying``, ``Verifying`` and ``RollingBack``;
+every function carries out one step, writes the next step into ``status.rollout`` and returns
+whether the active driver is ready. Decisions are pure (``sluice.core.rollout``,
+``sluice.core.gate``); this module reads the Lease and the driver pods, and writes.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from sluice.core import gate
+from sluice.core.driverreport import BACKSTOP, RESTORE_REQUEST, Backstop, DriverError, RestoreRequest
+from sluice.core.election import HOLDER_PLAN, LAST_TAKEOVER, LeaseRecord, Takeover, lease_name
+from sluice.core.naming import PLAN_FILE
+from sluice.core.plan.model import Plan
+from sluice.core.rollout import (
+    HAND_BACK,
+    RESTORE,
+    Outcome,
+    Step,
+    completed_plan,
+    failed,
+    finished_record,
+    rollback_mode,
+    rolling_back,
+    verifying,
+    with_history,
+)
+from sluice.core.spec import UpgradePolicy
+from sluice.core.status import EventReason, Facts, Reason, StatusProblem
+from sluice.operator.builders.context import QueryContext
+from sluice.operator.common import QueryRun
+from sluice.operator.driverlease import driver_selector
+from sluice.operator.workload import _converge
+
+log = logging.getLogger("sluice.operator")
+
+#: batches the stable plan must commit (or progress events) for a rollback to count as done
+ROLLBACK_BATCHES = 1
+
+
+def read_lease(run: QueryRun, ctx: QueryContext) -> LeaseRecord | None:
+    lease = run.env.kube.get("Lease", run.ns, lease_name(ctx.names.base))
+    return LeaseRecord.from_lease(lease) if lease is not None else None
+
+
+def driver_pods(run: QueryRun, ctx: QueryContext) -> list[dict[str, Any]]:
+    return run.env.kube.list("Pod", run.ns, driver_selector(ctx.names.base))
+
+
+def error_status(error: DriverError | None) -> dict[str, Any] | None:
+    if error is None:
+        return None
+    out: dict[str, Any] = {"class": error.error_class, "message": error.message}
+    if error.step:
+        out["step"] = error.step
+    return out
+
+
+def switch(run: QueryRun, ctx: QueryContext, rollout: dict[str, Any]) -> bool:
+    """Applying: put the driver Deployment on the target plan (a new warm driver starts, the old
+    one hands off when it is ready), then start the gate."""
+    ready = _converge(run, ctx, rollout["targetHash"], rollout["targetConfigMap"])
+    # the Lease term count was read before the Applying step was written: a driver of the target
+    # plan that took over before an operator restart still counts, one from before the rollout not
+    start_epoch = int(rollout.get("startEpoch") or 0)
+    run.write({"rollout": verifying(rollout, now=run.env.clock(), start_epoch=start_epoch)},
+              Facts(generation=run.generation, plan_pinned=True, rollout_step=Step.VERIFYING,
+                    suspended=ctx.spec.suspend, driver_ready=ready))
+    return ready
+
+
+def verify(run: QueryRun, ctx: QueryContext, rollout: dict[str, Any], policy: UpgradePolicy) -> bool:
+    """Verifying: evaluate the gate of the target plan; succeed, wait, or fail (roll back / stop)."""
+    ready = _converge(run, ctx, rollout["targetHash"], rollout["targetConfigMap"])
+    record = read_lease(run, ctx)
+    pods = driver_pods(run, ctx)
+    now = run.env.clock()
+    result = gate.evaluate(
+        plan_hash=rollout["targetHash"], start_epoch=int(rollout.get("startEpoch") or 0),
+        started=gate.parse_time(rollout.get("gateStarted") or rollout["started"]) or gate.parse_time(now),  # type: ignore[arg-type]
+        now=gate.parse_time(now),  # type: ignore[arg-type]
+        record=record, pods=pods, batches_needed=policy.health_batches,
+        timeout=float(policy.health_timeout_seconds), max_dead_letter_ratio=policy.max_dead_letter_ratio,
+    )
+    if result.verdict == gate.Verdict.WAIT:
+        if rollout.get("message") != result.message:
+            run.write({"rollout": {**rollout, "message": result.message}})
+        return False
+    if result.verdict == gate.Verdict.PASS:
+        return _succeeded(run, ctx, rollout, record, result, ready)
+    return _gate_failed(run, ctx, rollout, policy, record, result)
+
+
+def _takeover_gap(record: LeaseRecord | None, plan_hash: str) -> float | None:
+    takeover = Takeover.from_json(record.annotations.get(LAST_TAKEOVER)) if record is not None else None
+    if takeover is None or takeover.plan_hash != plan_hash:
+        return None
+    return takeover.gap_seconds
+
+
+def _succeeded(run: QueryRun, ctx: QueryContext, rollout: dict[str, Any], record: LeaseRecord | None,
+               result: gate.GateResult, ready: bool) -> bool:
+    now = run.env.clock()
+    epoch = result.progress.epoch if result.progress is not None else None
+    upgrade = finished_record(run.status.get("lastUpgrade"), Outcome.SUCCEEDED, now,
+                              gapSeconds=_takeover_gap(record, rollout["targetHash"]),
+                              checkpoint=ctx.identity.checkpoint_path, epoch=epoch, message=result.message)
+    previous = (run.status.get("plan") or {}).get("hash") or "?"
+    run.write({"plan": completed_plan(rollout, (run.status.get("plan") or {}).get("formatVersion")),
+               "rollout": None, "lastUpgrade": upgrade,
+               "history": with_history(run.status.get("history"), upgrade)},
+              Facts(generation=run.generation, plan_pinned=True, suspended=ctx.spec.suspend,
+                    driver_ready=True))
+    gap = upgrade.get("gapSeconds")
+    run.event("Normal", EventReason.UPGRADE_SUCCEEDED,
+              f"plan {previous[:12]} -> {rollout['targetHash'][:12]} upgraded in place: {result.message}"
+              + (f"; output gap {gap:.2f}s" if isinstance(gap, (int, float)) else ""))
+    return True
+
+
+def _target_ran(record: LeaseRecord | None, rollout: dict[str, Any]) -> tuple[bool, int | None]:
+    """Whether a driver of the target plan ever held the Lease during this rollout, and the
+    backstop epoch it kept."""
+    if record is None:
+        return False, None
+    backstop = Backstop.from_json(record.annotations.get(BACKSTOP))
+    takeover = Takeover.from_json(record.annotations.get(LAST_TAKEOVER))
+    start_epoch = int(rollout.get("startEpoch") or 0)
+    ran = bool(
+        (takeover is not None and takeover.plan_hash == rollout["targetHash"]
+         and takeover.epoch > start_epoch)
+        or (record.annotations.get(HOLDER_PLAN) == rollout["targetHash"] and record.transitions > start_epoch)
+    )
+    if backstop is not None and backstop.to_plan == rollout["targetHash"]:
+        return ran, backstop.epoch
+    return ran, None
+
+
+def _gate_failed(run: QueryRun, ctx: QueryContext, rollout: dict[str, Any], policy: UpgradePolicy,
+                 record: LeaseRecord | None, result: gate.GateResult) -> bool:
+    now = run.env.clock()
+    error = error_status(result.error)
+    if policy.rollback == "Never":
+        upgrade = finished_record(run.status.get("lastUpgrade"), Outcome.FAILED, now, error=error,
+                                  message=result.message)
+        run.write({"rollout": failed(rollout, target_hash=rollout["targetHash"], message=result.message,
+                                     error=error),
+                   "lastUpgrade": upgrade, "history": with_history(run.status.get("history"), upgrade)},
+                  Facts(generation=run.generation, plan_pinned=True, suspended=ctx.spec.suspend,
+                        problem=StatusProblem(Reason.UPGRADE_FAILED, result.message)))
+        run.event("Warning", EventReason.UPGRADE_FAILED, f"{result.message} (rollback: Never; staying on the "
+                  f"new plan until the next edit)")
+        return False
+    return start_rollback(run, ctx, rollout, record, why_failed=result.message, error=error)
+
+
+def start_rollback(run: QueryRun, ctx: QueryContext, rollout: dict[str, Any], record: LeaseRecord | None, *,
+                   why_failed: str, error: dict[str, Any] | None, cancelled: bool = False) -> bool:
+    """Write the RollingBack step (mode decided here, once) and carry it out."""
+    ran, backstop_epoch = _target_ran(record, rollout)
+    back_in_place = _back_is_in_place(run, ctx, rollout) if ran else True
+    mode, why = rollback_mode(back_is_in_place=back_in_place, target_ran=ran, backstop_epoch=backstop_epoch)
+    start_epoch = record.transitions if record is not None else 0
+    new = rolling_back(rollout, now=run.env.clock(), start_epoch=start_epoch, mode=mode,
+                       why=why if cancelled else f"{why_failed}; {why}", error=error, cancelled=cancelled,
+                       backstop_epoch=backstop_epoch)
+    record_update = dict(run.status.get("lastUpgrade") or {})
+    if error is not None:
+        record_update["error"] = error
+    record_update["message"] = new["message"]
+    run.write({"rollout": new, "lastUpgrade": record_update or None},
+              Facts(generation=run.generation, plan_pinned=True, suspended=ctx.spec.suspend,
+                    rollout_step=Step.ROLLING_BACK))
+    kind = "Normal" if cancelled else "Warning"
+    run.event(kind, EventReason.UPGRADE_ROLLING_BACK, new["message"])
+    return roll_back(run, ctx, new)
+
+
+def _back_is_in_place(run: QueryRun, ctx: QueryContext, rollout: dict[str, Any]) -> bool:
+    """The classifier's word on going from the target plan back to the stable one."""
+    stable = run.status.get("plan") or {}
+    target_cm = run.env.kube.get("ConfigMap", run.ns, rollout.get("targetConfigMap") or "")
+    stable_cm = run.env.kube.get("ConfigMap", run.ns, stable.get("configMap") or "")
+    if target_cm is None or stable_cm is None:
+        return False
+    new = Plan.from_json(target_cm["data"][PLAN_FILE])
+    old = Plan.from_json(stable_cm["data"][PLAN_FILE])
+    result = run.env.classify(new, old, ctx.spec.upgrade or ctx.cluster.upgrade)
+    return str(result.decision) in ("none", "in-place")
+
+
+def roll_back(run: QueryRun, ctx: QueryContext, rollout: dict[str, Any]) -> bool:
+    """RollingBack: the workload back on the stable plan (after the restore request, if any);
+    done once the stable plan runs again in a term after the rollback began."""
+    info = rollout.get("rollback") or {}
+    stable = run.status["plan"]
+    if info.get("mode") == RESTORE:
+        _request_restore(run, ctx, rollout, stable["hash"], int(info["restoreEpoch"]))
+    ready = _converge(run, ctx, stable["hash"], stable["configMap"])
+    record = read_lease(run, ctx)
+    policy = ctx.spec.upgrade or ctx.cluster.upgrade
+    now = run.env.clock()
+    result = gate.evaluate(
+        plan_hash=stable["hash"], start_epoch=int(info.get("startEpoch") or 0),
+        started=gate.parse_time(info.get("started")) or gate.parse_time(now),  # type: ignore[arg-type]
+        now=gate.parse_time(now),  # type: ignore[arg-type]
+        record=record, pods=driver_pods(run, ctx), batches_needed=ROLLBACK_BATCHES,
+        timeout=float(policy.health_timeout_seconds),
+    )
+    if result.verdict == gate.Verdict.WAIT:
+        return False
+    cancelled = bool(info.get("cancelled"))
+    if result.verdict == gate.Verdict.PASS:
+        outcome = Outcome.CANCELLED if cancelled else Outcome.ROLLED_BACK
+        upgrade = finished_record(run.status.get("lastUpgrade"), outcome, now, rollback=info.get("mode"),
+                                  checkpoint=ctx.identity.checkpoint_path)
+        run.write({"rollout": None, "lastUpgrade": upgrade,
+                   "history": with_history(run.status.get("history"), upgrade)},
+                  Facts(generation=run.generation, plan_pinned=True, suspended=ctx.spec.suspend,
+                        driver_ready=True))
+        how = "handed back on the current checkpoint" if info.get("mode") == HAND_BACK else (
+            f"restored from checkpoint epoch {info.get('restoreEpoch')}")
+        reason = EventReason.UPGRADE_CANCELLED if cancelled else EventReason.UPGRADE_ROLLED_BACK
+        run.event("Normal" if cancelled else "Warning", reason,
+                  f"plan {stable['hash'][:12]} runs again ({how})"
+                  + ("" if cancelled else f"; the upgrade to {rollout['targetHash'][:12]} failed: "
+                     f"{(rollout.get('error') or {}).get('message') or rollout.get('message')}"))
+        return ready
+    message = f"the rollback to plan {stable['hash'][:12]} failed too: {result.message}"
+    upgrade = finished_record(run.status.get("lastUpgrade"), Outcome.FAILED, now, message=message)
+    run.write({"rollout": failed(rollout, target_hash=stable["hash"], message=message,
+                                 error=rollout.get("error")),
+               "lastUpgrade": upgrade, "history": with_history(run.status.get("history"), upgrade)},
+              Facts(generation=run.generation, plan_pinned=True, suspended=ctx.spec.suspend,
+                    problem=StatusProblem(Reason.UPGRADE_FAILED, message)))
+    run.event("Warning", EventReason.UPGRADE_FAILED, message)
+    return False
+
+
+def _request_restore(run: QueryRun, ctx: QueryContext, rollout: dict[str, Any], plan_hash: str,
+                     epoch: int) -> None:
+    request = RestoreRequest(id=str(rollout.get("id") or rollout["started"]), epoch=epoch,
+                             plan_hash=plan_hash)
+    lease = run.env.kube.get("Lease", run.ns, lease_name(ctx.names.base))
+    if lease is None:
+        return
+    annotations = (lease.get("metadata") or {}).get("annotations") or {}
+    current = RestoreRequest.from_json(annotations.get(RESTORE_REQUEST))
+    if current == request:
+        return
+    run.env.kube.patch("Lease", run.ns, lease_name(ctx.names.base),
+                       {"metadata": {"annotations": {RESTORE_REQUEST: request.to_json()}}})
