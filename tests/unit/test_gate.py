@@ -14,15 +14,16 @@ T0 = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
 
 
 def lease(holder: str = "q-driver-x/1", transitions: int = 5, progress: Progress | None = None,
-          **annotations: str) -> LeaseRecord:
-    ann = dict(annotations)
+          annotations: dict[str, str] | None = None) -> LeaseRecord:
+    ann = dict(annotations or {})
     if progress is not None:
         ann[HOLDER_PROGRESS] = progress.to_json()
     return LeaseRecord(holder=holder, duration=10, transitions=transitions, renew_time=None,
                        resource_version="1", annotations=ann)
 
 
-def pod(plan: str, restarts: int = 0, error: DriverError | None = None, ready: bool = True) -> dict[str, object]:
+def pod(plan: str, restarts: int = 0, error: DriverError | None = None,
+        ready: bool = True) -> dict[str, object]:
     return {"metadata": {"name": f"q-driver-{plan[:4]}", "labels": {"sluice.dev/plan-hash": plan[:12]},
                          "annotations": {DRIVER_ERROR: error.to_json()} if error else {}},
             "status": {"containerStatuses": [{"restartCount": restarts}],
@@ -76,7 +77,8 @@ def test_an_error_of_the_target_plan_fails_at_once() -> None:
 def test_an_error_from_before_the_rollout_or_of_another_plan_is_ignored() -> None:
     old = DriverError(B, "active", "X", "old", "2025-12-31T23:59:00Z")
     other = DriverError(A, "active", "X", "other plan", "2026-01-01T00:00:05Z")
-    assert gate(lease(progress=Progress(B, 5, 1, 1)), [pod(B, error=old), pod(A, error=other)]) == Verdict.WAIT
+    pods = [pod(B, error=old), pod(A, error=other)]
+    assert gate(lease(progress=Progress(B, 5, 1, 1)), pods) == Verdict.WAIT
 
 
 def test_a_crash_loop_fails() -> None:
@@ -101,9 +103,10 @@ def test_dead_letters_above_the_ratio_fail() -> None:
 def test_driver_problem_outside_a_rollout() -> None:
     error = DriverError(A, "active", "KafkaException", "broker gone", "2026-01-01T00:01:00Z")
     takeover_before = Takeover(time="2026-01-01T00:00:00Z", from_pod="", to_pod="p", reason="new", epoch=1)
-    takeover_after = Takeover(time="2026-01-01T00:02:00Z", from_pod="p", to_pod="s", reason="released", epoch=2)
-    before = lease(**{LAST_TAKEOVER: takeover_before.to_json()})
-    after = lease(**{LAST_TAKEOVER: takeover_after.to_json()})
+    takeover_after = Takeover(time="2026-01-01T00:02:00Z", from_pod="p", to_pod="s", reason="released",
+                              epoch=2)
+    before = lease(annotations={LAST_TAKEOVER: takeover_before.to_json()})
+    after = lease(annotations={LAST_TAKEOVER: takeover_after.to_json()})
     message = driver_problem(before, [pod(A, error=error, ready=False)], A, active_ready=False)
     assert message is not None and "KafkaException: broker gone" in message
     assert driver_problem(before, [pod(A, error=error)], A, active_ready=True) is None

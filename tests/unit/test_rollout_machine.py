@@ -89,7 +89,8 @@ def test_verifying_and_rolling_back_records() -> None:
     assert rb["rollback"] == {"mode": RESTORE, "reason": "not in place", "started": T0, "startEpoch": 6,
                               "cancelled": False, "restoreEpoch": 5}
     assert rb["error"]["class"] == "CAST_INVALID_INPUT"
-    assert "restoreEpoch" not in rolling_back(v, now=T0, start_epoch=6, mode=HAND_BACK, why="", error=None)["rollback"]
+    back = rolling_back(v, now=T0, start_epoch=6, mode=HAND_BACK, why="", error=None)
+    assert "restoreEpoch" not in back["rollback"]
 
 
 def test_history_keeps_the_last_ten_newest_first_without_repeats() -> None:
