@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 from sluice.operator.kube import Kube
 
+from tests.support.drivers import DriverSide
 from tests.support.waiting import eventually
 
 pytestmark = pytest.mark.integration
@@ -152,11 +153,19 @@ def test_lifecycle_create_edit_suspend_resume(k: Kube, namespace: str, kafka: st
                     what="the cluster status")
     assert qc == "Ready"
 
-    # a transparent edit (trigger) is applied in place: new pinned plan, driver template rolled
+    # a transparent edit (trigger) is carried out in place: the driver template rolls onto the new
+    # plan, the rollout waits on the gate; the drivers' Lease records (written here as the runtime
+    # writes them) pass it, and the operator's rollout timer (no event on the query) finishes it
     dep_before = k.get("Deployment", ns, "totals-driver")
+    drivers = DriverSide(k.api, ns)
+    drivers.take_over(st["plan"]["hash"], batches=5)
     gen = edit(k, ns, "totals", {"trigger": {"processingTime": "10 seconds"}})
     st = eventually(settled(k, ns, "totals", gen), timeout=30, what="the trigger edit")
-    assert st["lastUpgrade"]["category"] == "transparent" and st["lastUpgrade"]["outcome"] == "Applied"
+    assert st["rollout"]["step"] == "Verifying" and st["lastUpgrade"]["outcome"] == "InProgress"
+    drivers.take_over(st["rollout"]["targetHash"], batches=3)
+    st = eventually(lambda: (s := status(k, ns, "totals")) and "rollout" not in s and s, timeout=30,
+                    what="the gate passed on the rollout timer")
+    assert st["lastUpgrade"]["category"] == "transparent" and st["lastUpgrade"]["outcome"] == "Succeeded"
     assert st["plan"]["version"] == 1
     dep = k.get("Deployment", ns, "totals-driver")
     assert dep["spec"]["template"] != dep_before["spec"]["template"]

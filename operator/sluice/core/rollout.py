@@ -52,7 +52,7 @@ class Outcome(StrEnum):
 HAND_BACK = "handBack"  # on the current checkpoint (new-to-old is in-place, or the new plan never ran)
 RESTORE = "restore"  # from the checkpoint epoch kept before the switch (the backstop)
 
-ActionKind = Literal["create", "resume", "revert", "steady", "classify", "wait", "cancel"]
+ActionKind = Literal["create", "resume", "revert", "steady", "classify", "wait", "cancel", "held"]
 
 IN_FLIGHT = frozenset({Step.DEPLOYING, Step.APPLYING, Step.VERIFYING, Step.ROLLING_BACK})
 #: steps the operator re-evaluates on a timer (the health gate)
@@ -77,8 +77,18 @@ def deployed_hash(pinned: dict[str, Any] | None, rollout: dict[str, Any] | None)
     return (pinned or {}).get("hash")
 
 
-def next_action(pinned: dict[str, Any] | None, rollout: dict[str, Any] | None, compiled_hash: str) -> Action:
-    """What the reconcile does next, from the status (pinned plan, rollout) and the compiled spec."""
+def held_back(last_upgrade: dict[str, Any] | None, compiled_hash: str, generation: int | None) -> bool:
+    """Whether the spec still asks for a plan whose upgrade was rolled back at this generation: it
+    is not tried again until the spec is edited (any edit, ``restartNonce`` included)."""
+    return bool(last_upgrade) and (last_upgrade or {}).get("toHash") == compiled_hash and (
+        (last_upgrade or {}).get("outcome") == Outcome.ROLLED_BACK
+        and (last_upgrade or {}).get("generation") == generation)
+
+
+def next_action(pinned: dict[str, Any] | None, rollout: dict[str, Any] | None, compiled_hash: str,
+                last_upgrade: dict[str, Any] | None = None, generation: int | None = None) -> Action:
+    """What the reconcile does next, from the status (pinned plan, rollout, last upgrade), the
+    compiled spec and its generation."""
     pinned_hash = (pinned or {}).get("hash")
     step = (rollout or {}).get("step")
     if rollout is not None and step in IN_FLIGHT:
@@ -97,6 +107,8 @@ def next_action(pinned: dict[str, Any] | None, rollout: dict[str, Any] | None, c
         return Action("steady")
     if rollout is not None and step in WAITING and rollout.get("targetHash") == compiled_hash:
         return Action("wait", rollout)
+    if rollout is None and held_back(last_upgrade, compiled_hash, generation):
+        return Action("held")
     return Action("classify", rollout, from_hash=deployed)
 
 
@@ -236,6 +248,7 @@ def upgrade_record(
     reasons: list[str],
     changes: list[str],
     now: str,
+    generation: int | None = None,
 ) -> dict[str, Any]:
     return {
         "fromHash": from_hash,
@@ -247,6 +260,7 @@ def upgrade_record(
         "outcome": outcome,
         "time": now,
         "startedAt": now,
+        **({"generation": generation} if generation is not None else {}),
     }
 
 

@@ -28,6 +28,7 @@ class Reason(StrEnum):
     UPGRADE_PENDING = "UpgradePending"
     UPGRADE_REJECTED = "UpgradeRejected"
     UPGRADE_FAILED = "UpgradeFailed"
+    UPGRADE_ROLLED_BACK = "UpgradeRolledBack"
     DRIVER_FAILED = "DriverFailed"
     SUSPENDED = "Suspended"
     DELETING = "Deleting"
@@ -80,6 +81,7 @@ PHASES = (
 PROBLEM_REASONS = frozenset({
     Reason.COMPILE_FAILED, Reason.INVALID_SPEC, Reason.CLUSTER_NOT_FOUND, Reason.CLUSTER_INVALID,
     Reason.KAFKA_UNREACHABLE, Reason.UPGRADE_REJECTED, Reason.UPGRADE_FAILED, Reason.DRIVER_FAILED,
+    Reason.UPGRADE_ROLLED_BACK,
 })
 
 

@@ -133,6 +133,7 @@ class UpgradeRecord(StatusModel):
     outcome: Outcome = Field(description="Pending, InProgress, Succeeded, RolledBack, Failed, Rejected or "
                              "Cancelled.")
     time: str = Field(description="When the edit was classified.")
+    generation: int | None = Field(default=None, description="The query's generation the edit had.")
     started_at: str | None = None
     finished_at: str | None = None
     gap_seconds: float | None = Field(

@@ -17,7 +17,7 @@ from pydantic import ValidationError
 
 from sluice.core.errors import CompileError
 from sluice.core.manifest import validation_problems
-from sluice.core.rollout import Step
+from sluice.core.rollout import Step, held_back
 from sluice.core.status import EventReason, Reason, StatusProblem
 from sluice.crd.querycluster import QueryClusterSpec
 from sluice.crd.streamingquery import StreamingQuerySpec
@@ -153,6 +153,14 @@ def reconcile_query(env: Env, body: dict[str, Any], retry: int = 0) -> str:
         problem = StatusProblem(Reason.UPGRADE_REJECTED, rollout.get("message") or "upgrade rejected")
     elif rollout and rollout.get("step") == Step.FAILED:
         problem = StatusProblem(Reason.UPGRADE_FAILED, rollout.get("message") or "upgrade failed")
+    elif not rollout and held_back(run.status.get("lastUpgrade"), plan_hash, run.generation):
+        last = run.status["lastUpgrade"]
+        error = (last.get("error") or {})
+        why = (f"{error.get('class')}: {error.get('message')}" if error
+               else last.get("message") or "the gate failed")
+        problem = StatusProblem(Reason.UPGRADE_ROLLED_BACK,
+                                f"the upgrade to plan {plan_hash[:12]} was rolled back ({why}); plan "
+                                f"{run.status['plan']['hash'][:12]} runs; edit the spec to try again")
     elif not rollout and run.status.get("plan") and not spec.suspend:
         problem = driver_problem(env, ctx, run.status["plan"]["hash"], ready)
     run.write(base_updates, _facts(run, spec, problem=problem, driver_ready=ready))

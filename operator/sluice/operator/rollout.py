@@ -64,7 +64,8 @@ def advance(run: QueryRun, ctx: QueryContext, spec: StreamingQuerySpec, cluster:
     policy = spec.upgrade or cluster.upgrade
     ready = False
     for _ in range(MAX_TURNS):
-        action = next_action(run.status.get("plan"), run.status.get("rollout"), plan_hash)
+        action = next_action(run.status.get("plan"), run.status.get("rollout"), plan_hash,
+                             run.status.get("lastUpgrade"), run.generation)
         log.debug("%s/%s: %s", run.ns, run.name, action.kind)
         if action.kind == "create":
             return _create(run, ctx, plan, plan_hash, plan_json, base)
@@ -184,7 +185,7 @@ def _classify(run: QueryRun, ctx: QueryContext, spec: StreamingQuerySpec, cluste
         lease = upgrade.read_lease(run, ctx)
         rollout["startEpoch"] = lease.transitions if lease is not None else 0
     record = upgrade_record(from_hash=from_hash, rollout=rollout, outcome=outcome_of(rollout["step"]),
-                            reasons=reasons, changes=changes, now=now)
+                            reasons=reasons, changes=changes, now=now, generation=run.generation)
     updates: dict[str, Any] = {**base, "rollout": rollout, "lastUpgrade": record}
     if record["outcome"] == Outcome.REJECTED:
         updates["history"] = with_history(run.status.get("history"), record)

@@ -1,0 +1,274 @@
+"""In-place upgrades, the health gate and rollback, reconciled against the real API server.
+
+The operator's reconcile runs in-process with the product's REST client on the test run's real
+kube-apiserver (controller-manager included: Deployments roll out ReplicaSets and pods, which
+stay Pending without a kubelet). The drivers' side of the protocol, the Lease records and the pod
+error annotation, is written here the way ``sluice_runtime`` writes it (``DriverSide``); the
+end-to-end tests (tests/e2e/test_upgrades.py) run the real runtime in pods.
+
+The operator is "killed" by failing one chosen write of the client (the process would die there)
+and by continuing with a fresh ``Env`` (a new operator process): after every single write of a
+whole rollout it must resume and end exactly where an uninterrupted run ends.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from prometheus_client import CollectorRegistry
+from sluice.core.driverreport import RESTORE_REQUEST
+from sluice.core.election import HOLDER_PLAN
+from sluice.operator.kube import KubeError
+from sluice.operator.metrics import OperatorMetrics
+from sluice.operator.reconcile import Env, reconcile_query
+
+from tests.support.drivers import T_ERROR, DriverSide
+from tests.support.world import SQL, RecordingKube, World, apply_crds
+
+pytestmark = pytest.mark.integration
+
+WHERE_SQL = SQL.replace("FROM orders", "FROM orders WHERE amount > 0")
+#: a filter that compiles and fails at run time on a non-numeric string (ANSI cast)
+BAD_SQL = SQL.replace("FROM orders", "FROM orders WHERE CAST(order_id AS INT) > 0")
+
+
+@pytest.fixture(scope="module")
+def crds(kube: Any) -> None:
+    apply_crds(kube)
+
+
+@pytest.fixture
+def world(kube: Any, namespace: str, kafka: str, crds: None) -> World:
+    return World(kube, namespace, kafka)
+
+
+def plan_config_map(w: World) -> str:
+    vol = next(v for v in w.deployment()["spec"]["template"]["spec"]["volumes"] if v["name"] == "plan")
+    return str(vol["configMap"]["name"])
+
+
+def started(w: World, sql: str = WHERE_SQL, **spec: Any) -> tuple[dict[str, Any], dict[str, Any]]:
+    """A running query (plan A, one driver term), then an edit reconciled: (pinned A, status)."""
+    w.add_query(**spec)
+    reconcile_query(w.env, w.current())
+    pinned = w.status()["plan"]
+    DriverSide(w.k.api, w.ns).take_over(pinned["hash"], batches=10)
+    reconcile_query(w.env, w.edit(sql=sql))
+    return pinned, w.status()
+
+
+def test_a_data_selection_edit_is_carried_out_behind_its_own_gate(world: World) -> None:
+    w, drivers = world, DriverSide(world.k.api, world.ns)
+    pinned, status = started(w)
+    target = status["rollout"]["targetHash"]
+    assert status["phase"] == "Upgrading"
+    assert status["rollout"]["step"] == "Verifying" and status["rollout"]["category"] == "data-selection"
+    assert status["lastUpgrade"]["outcome"] == "InProgress"
+    assert plan_config_map(w) == f"totals-plan-{target[:12]}"  # the new driver starts on the new plan
+    assert status["plan"] == pinned  # the stable plan stays pinned until the gate passes
+
+    # the old plan running on (even committing batches in a new term) never passes the gate
+    drivers.take_over(pinned["hash"], batches=50)
+    reconcile_query(w.env, w.current())
+    assert w.status()["rollout"]["step"] == "Verifying"
+
+    drivers.take_over(target, batches=2)
+    reconcile_query(w.env, w.current())
+    assert w.status()["rollout"]["step"] == "Verifying"
+    assert "committed 2 of 3 batches" in w.status()["rollout"]["message"]
+
+    drivers.progress(3)
+    assert reconcile_query(w.env, w.current()) == "Starting"  # no kubelet: readiness follows the pods
+    status = w.status()
+    assert "rollout" not in status and status["plan"]["hash"] == target
+    last = status["lastUpgrade"]
+    assert last["outcome"] == "Succeeded" and last["gapSeconds"] == 0.8 and last["finishedAt"]
+    assert last["checkpoint"] == status["identity"]["checkpointPath"]
+    assert status["history"][0] == last
+    assert "UpgradeStarted" in w.reasons() and "UpgradeSucceeded" in w.reasons()
+
+
+def test_a_failing_edit_is_rolled_back_onto_the_old_plan(world: World) -> None:
+    w, drivers = world, DriverSide(world.k.api, world.ns)
+    pinned, status = started(w, BAD_SQL)
+    target = status["rollout"]["targetHash"]
+    assert status["rollout"]["category"] == "data-selection"
+    drivers.take_over(target)
+    drivers.fail(target, "The value 'o1' of the type \"STRING\" cannot be cast to \"INT\"")
+    reconcile_query(w.env, w.current())
+    status = w.status()
+    rollout = status["rollout"]
+    assert rollout["step"] == "RollingBack" and rollout["rollback"]["mode"] == "handBack"
+    assert rollout["error"] == {"class": "CAST_INVALID_INPUT", "step": "project-1",
+                                "message": "The value 'o1' of the type \"STRING\" cannot be cast to \"INT\""}
+    assert plan_config_map(w) == pinned["configMap"]  # the old plan's driver starts again
+    assert status["phase"] == "Upgrading"
+
+    reconcile_query(w.env, w.current())
+    assert w.status()["rollout"]["step"] == "RollingBack"  # until the old plan runs again
+    drivers.take_over(pinned["hash"], batches=1)
+    reconcile_query(w.env, w.current())
+    status = w.status()
+    assert "rollout" not in status and status["plan"] == pinned
+    last = status["lastUpgrade"]
+    assert last["outcome"] == "RolledBack" and last["rollback"] == "handBack"
+    assert status["lastUpgrade"]["error"]["class"] == "CAST_INVALID_INPUT"
+    assert "UpgradeRolledBack" in w.reasons()
+    # the spec still asks for the failed plan: not tried again until the spec is edited; Degraded says so
+    assert reconcile_query(w.env, w.current()) == "Degraded"
+    status = w.status()
+    degraded = next(c for c in status["conditions"] if c["type"] == "Degraded")
+    assert degraded["reason"] == "UpgradeRolledBack" and "CAST_INVALID_INPUT" in degraded["message"]
+    assert "rollout" not in status and plan_config_map(w) == pinned["configMap"]
+    # any edit tries again (here restartNonce: the same target plan, a new generation)
+    reconcile_query(w.env, w.edit(restartNonce="retry-1"))
+    assert w.status()["rollout"]["step"] == "Verifying" and w.status()["rollout"]["targetHash"] == target
+
+
+def test_rollback_never_stays_degraded_until_the_next_edit(world: World) -> None:
+    w, drivers = world, DriverSide(world.k.api, world.ns)
+    pinned, status = started(w, BAD_SQL, upgrade={"rollback": "Never"})
+    target = status["rollout"]["targetHash"]
+    drivers.take_over(target)
+    drivers.fail(target, "cannot be cast")
+    assert reconcile_query(w.env, w.current()) == "Degraded"
+    status = w.status()
+    assert status["rollout"]["step"] == "Failed" and status["lastUpgrade"]["outcome"] == "Failed"
+    degraded = next(c for c in status["conditions"] if c["type"] == "Degraded")
+    assert degraded["status"] == "True" and degraded["reason"] == "UpgradeFailed"
+    assert "CAST_INVALID_INPUT" in degraded["message"]
+    assert plan_config_map(w) == f"totals-plan-{target[:12]}"  # stays on the new plan
+    assert reconcile_query(w.env, w.current()) == "Degraded"  # and stays so
+
+    # the next edit (back to the old SQL) is classified against the plan the workload is on
+    reconcile_query(w.env, w.edit(sql=SQL))
+    status = w.status()
+    assert status["rollout"]["step"] == "Verifying" and status["rollout"]["fromHash"] == target
+    assert status["rollout"]["targetHash"] == pinned["hash"]
+    drivers.take_over(pinned["hash"], batches=3)
+    assert reconcile_query(w.env, w.current()) == "Starting"  # no kubelet: readiness follows the pods
+    assert [h["outcome"] for h in w.status()["history"]] == ["Succeeded", "Failed"]
+
+
+def test_the_spec_reverted_mid_rollout_cancels_it(world: World) -> None:
+    w, drivers = world, DriverSide(world.k.api, world.ns)
+    pinned, _ = started(w)
+    reconcile_query(w.env, w.edit(sql=SQL))
+    status = w.status()
+    assert status["rollout"]["step"] == "RollingBack" and status["rollout"]["rollback"]["cancelled"]
+    assert plan_config_map(w) == pinned["configMap"]
+    drivers.take_over(pinned["hash"], batches=1)
+    reconcile_query(w.env, w.current())
+    status = w.status()
+    assert "rollout" not in status and status["lastUpgrade"]["outcome"] == "Cancelled"
+    assert "UpgradeCancelled" in w.reasons()
+
+
+def test_an_edit_during_a_rollout_waits_for_it_then_starts_from_what_runs(world: World) -> None:
+    w, drivers = world, DriverSide(world.k.api, world.ns)
+    _, status = started(w)
+    first = status["rollout"]["targetHash"]
+    third_sql = WHERE_SQL.replace("amount > 0", "amount > 1")
+    reconcile_query(w.env, w.edit(sql=third_sql))
+    assert w.status()["rollout"]["targetHash"] == first  # never two rollouts at once
+    drivers.take_over(first, batches=3)
+    reconcile_query(w.env, w.current())
+    status = w.status()
+    assert status["plan"]["hash"] == first
+    assert status["rollout"]["step"] == "Verifying" and status["rollout"]["fromHash"] == first
+    assert status["rollout"]["targetHash"] != first
+    assert status["history"][0]["outcome"] == "Succeeded"
+
+
+def test_a_rollback_that_is_not_in_place_restores_the_backstop(world: World) -> None:
+    """Windowed counts, update -> append is in-place; append -> update is not: restore the epoch."""
+    w, drivers = world, DriverSide(world.k.api, world.ns)
+    sql = ("SELECT window(ts, '5 minutes') AS w, customer, count(*) AS orders FROM orders "
+           "GROUP BY window(ts, '5 minutes'), customer")
+    source = w.query_spec()["sources"][0]
+    source = {**source, "schema": [*source["schema"], {"name": "ts", "type": "timestamp"}],
+              "eventTime": {"column": "ts", "watermark": "1 minute"}}
+    w.add_query(sql=sql, sources=[source],
+                sink={"topic": w.topic, "key": ["customer"], "outputMode": "update"})
+    reconcile_query(w.env, w.current())
+    pinned = w.status()["plan"]
+    drivers.take_over(pinned["hash"], batches=5)
+    reconcile_query(w.env, w.edit(sink={"topic": w.topic, "key": ["customer"], "outputMode": "append"}))
+    target = w.status()["rollout"]["targetHash"]
+    epoch = drivers.take_over(target)
+    lease = w.lease()
+    lease["metadata"]["annotations"]["sluice.dev/backstop"] = json.dumps(
+        {"epoch": epoch - 1, "planHash": pinned["hash"], "toPlan": target, "time": T_ERROR})
+    w.k.replace(lease)
+    drivers.fail(target, "boom")
+    reconcile_query(w.env, w.current())
+    rollout = w.status()["rollout"]
+    assert rollout["rollback"]["mode"] == "restore" and rollout["rollback"]["restoreEpoch"] == epoch - 1
+    request = json.loads(w.lease()["metadata"]["annotations"][RESTORE_REQUEST])
+    assert request == {"id": rollout["id"], "epoch": epoch - 1, "planHash": pinned["hash"]}
+
+
+def fresh_env(w: World) -> Env:
+    """A new operator process: a new client and Env, same API server."""
+    k = RecordingKube(w.k.api)
+    env = Env(kube=k, events=w.env.events, clock=w.env.clock, metrics=OperatorMetrics(CollectorRegistry()),
+              kafka_timeout=3.0)
+    w.k, w.env = k, env
+    return env
+
+
+def upgrade_run(w: World, name: str, crash_at: int | None) -> dict[str, Any]:
+    """Edit -> switch -> gate -> success, with the operator dying at write ``crash_at`` (counted
+    from the edit's first reconcile), restarted, and driven until the rollout ends."""
+    fresh_env(w)
+    drivers = DriverSide(w.k.api, w.ns, name)
+    w.add_query(name)
+    reconcile_query(w.env, w.current(name))
+    pinned = w.status(name)["plan"]
+    drivers.take_over(pinned["hash"], batches=10)
+    w.edit(name, sql=WHERE_SQL)
+    w.k.calls.clear()
+    w.k.fail_write = crash_at
+    target: str | None = None
+    for _ in range(12):
+        try:
+            reconcile_query(w.env, w.current(name))
+        except KubeError as exc:
+            assert "injected" in str(exc)
+            fresh_env(w)
+            continue
+        status = w.status(name)
+        rollout = status.get("rollout")
+        if rollout is None:
+            return status
+        target = rollout["targetHash"]
+        if rollout["step"] == "Verifying" and plan_config_map_of(w, name) == rollout["targetConfigMap"]:
+            lease = w.lease(f"{name}-driver")
+            if lease["metadata"]["annotations"].get(HOLDER_PLAN) != target:
+                drivers.take_over(target, batches=3)
+    raise AssertionError(f"the rollout of {name} never ended (target {target})")
+
+
+def plan_config_map_of(w: World, name: str) -> str:
+    [dep] = w.k.list("Deployment", w.ns, f"sluice.dev/query={name}")
+    vol = next(v for v in dep["spec"]["template"]["spec"]["volumes"] if v["name"] == "plan")
+    return str(vol["configMap"]["name"])
+
+
+def test_the_operator_killed_after_any_write_of_a_rollout_resumes_it(world: World) -> None:
+    w = world
+    w.k.fail_write = None
+    reference = upgrade_run(w, "q0", crash_at=None)
+    writes = len([c for c in w.k.calls if c[0] in ("POST", "PUT", "PATCH", "DELETE")])
+    assert writes >= 4, w.k.calls
+    assert reference["lastUpgrade"]["outcome"] == "Succeeded"
+    for n in range(1, writes + 1):
+        status = upgrade_run(w, f"q{n}", crash_at=n)
+        assert status["plan"]["hash"] == reference["plan"]["hash"], f"crash at write {n}"
+        assert status["lastUpgrade"]["outcome"] == "Succeeded", f"crash at write {n}"
+        assert [h["outcome"] for h in status["history"]] == ["Succeeded"], f"crash at write {n}"
+        assert status["observedGeneration"] == 2, f"crash at write {n}"
+        assert plan_config_map_of(w, f"q{n}") == status["plan"]["configMap"]
+        assert len(w.k.list("Deployment", w.ns, f"sluice.dev/query=q{n}")) == 1

@@ -1,0 +1,66 @@
+"""The drivers' side of the operator protocol, written the way ``sluice_runtime`` writes it: the
+holder's Lease records (takeover, plan, progress) and a driver pod's error annotation.
+
+For tests of the operator without a kubelet (pods stay Pending); the end-to-end tests run the real
+runtime in pods.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sluice.core.driverreport import DRIVER_ERROR, HOLDER_PROGRESS, DriverError, Progress
+from sluice.core.election import HOLDER_PLAN, LAST_TAKEOVER, Takeover
+from sluice.operator.kube import Kube
+
+from tests.support.waiting import eventually
+
+T_ERROR = "2026-01-01T00:00:01Z"
+
+
+class DriverSide:
+    """Writes what the query's drivers write: the holder's Lease records and a pod's error."""
+
+    def __init__(self, api: Any, namespace: str, name: str = "totals") -> None:
+        self.ns, self.name = namespace, name
+        self.k = Kube(api)  # the drivers' own client: not the operator's (nor its injected faults)
+
+    def lease(self) -> dict[str, Any]:
+        lease = self.k.get("Lease", self.ns, f"{self.name}-driver")
+        assert lease is not None
+        return lease
+
+    def take_over(self, plan_hash: str, batches: int = 0, gap: float | None = 0.8) -> int:
+        lease = self.lease()
+        spec = lease["spec"]
+        epoch = int(spec.get("leaseTransitions") or 0) + 1
+        takeover = Takeover(time="2026-01-01T00:00:02Z", from_pod=f"{self.name}-driver-old",
+                            to_pod=f"{self.name}-driver-new", reason="released", epoch=epoch,
+                            gap_seconds=gap, plan_hash=plan_hash)
+        spec.update(holderIdentity=f"{self.name}-driver-new/{epoch}", leaseTransitions=epoch,
+                    acquireTime="2026-01-01T00:00:02.000000Z", renewTime="2026-01-01T00:00:02.000000Z")
+        ann = lease["metadata"].setdefault("annotations", {})
+        ann.update({HOLDER_PLAN: plan_hash, LAST_TAKEOVER: takeover.to_json(),
+                    HOLDER_PROGRESS: Progress(plan_hash, epoch, batches, batches).to_json()})
+        self.k.replace(lease)
+        return epoch
+
+    def progress(self, batches: int) -> None:
+        lease = self.lease()
+        ann = lease["metadata"]["annotations"]
+        old = Progress.from_json(ann[HOLDER_PROGRESS])
+        assert old is not None
+        ann[HOLDER_PROGRESS] = Progress(old.plan_hash, old.epoch, batches, batches).to_json()
+        self.k.replace(lease)
+
+    def fail(self, plan_hash: str, message: str) -> None:
+        """The driver pod of ``plan_hash`` reports that its query terminated with an exception."""
+        def pod() -> dict[str, Any] | None:
+            selector = f"sluice.dev/query={self.name},sluice.dev/plan-hash={plan_hash[:12]}"
+            pods = self.k.list("Pod", self.ns, selector)
+            return pods[0] if pods else None
+
+        target = eventually(pod, timeout=60, what=f"a driver pod of plan {plan_hash[:12]}")
+        error = DriverError(plan_hash, "active", "CAST_INVALID_INPUT", message, T_ERROR, step="project-1")
+        self.k.patch("Pod", self.ns, target["metadata"]["name"],
+                       {"metadata": {"annotations": {DRIVER_ERROR: error.to_json()}}})
