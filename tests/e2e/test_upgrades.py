@@ -1,0 +1,184 @@
+"""End to end through driver pods: in-place upgrades behind the health gate, and rollback.
+
+Steady input (20 records/s) into an exactly-once query; every edit is applied with kubectl while
+records flow, and at the end the output, read with read_committed, holds every input record
+exactly once: nothing lost or duplicated across hand-offs, a failed plan and its rollback.
+
+* add a WHERE (data-selection) and then an output column (schema-evolution): each Succeeded, on
+  the same checkpoint; then an edit that compiles but fails at run time (an ANSI cast of a
+  non-numeric string to INT): RolledBack automatically, the old plan runs again and processes the
+  records that arrived meanwhile;
+* ``rollback: Never``: the same failing edit leaves the query Degraded with the error; the next
+  edit is carried out from there, a further edit made during that rollout waits for it, and the
+  operator, killed in the middle of the rollout, resumes it when it starts again.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+import pytest
+from cluster import E2ECluster
+from test_queries import READY_TIMEOUT, cluster_doc, consume, create_topics, query_doc
+
+from tests.support.feed import Feed, exactly_once_message
+
+pytestmark = pytest.mark.e2e
+
+SELECT = "SELECT id, k FROM events"
+WHERE = "SELECT id, k FROM events WHERE id >= 0"
+COLUMN = "SELECT id, k, upper(k) AS kk FROM events WHERE id >= 0"
+#: compiles; fails on the first record: k is "k0", "k1", ... and ANSI casts refuse it
+FAILING = "SELECT id, k, upper(k) AS kk, CAST(k AS INT) AS n FROM events WHERE id >= 0"
+#: how long one in-place upgrade may take through pods on this machine (warm-up of the new driver
+#: included)
+UPGRADE_TIMEOUT = 420.0
+
+
+def feed_query(ns: str, src: str, out: str, **extra: Any) -> dict[str, Any]:
+    return query_doc(ns, "feed", {
+        "sources": [{"name": "events", "topic": src, "schema": [
+            {"name": "id", "type": "int"}, {"name": "k", "type": "string"}]}],
+        "sql": SELECT,
+        "sink": {"topic": out, "outputMode": "append", "delivery": "exactlyOnce"},
+        "trigger": {"processingTime": "1 second"},
+        **extra,
+    })
+
+
+def status(cluster: E2ECluster, ns: str) -> dict[str, Any]:
+    return dict(((cluster.get("streamingquery", ns, "feed") or {}).get("status")) or {})
+
+
+def edit_sql(cluster: E2ECluster, ns: str, sql: str) -> int:
+    cluster.kubectl("patch", "sq", "feed", "-n", ns, "--type=merge", "-p", json.dumps({"spec": {"sql": sql}}))
+    return int((cluster.get("streamingquery", ns, "feed") or {})["metadata"]["generation"])
+
+
+def upgrade_ended(cluster: E2ECluster, ns: str, generation: int, *outcomes: str) -> dict[str, Any]:
+    """Wait until the rollout started for ``generation`` ended with one of ``outcomes``."""
+    def ended() -> dict[str, Any] | None:
+        st = status(cluster, ns)
+        last = st.get("lastUpgrade") or {}
+        if st.get("rollout", {}).get("step") not in (None, "Failed"):
+            return None
+        if last.get("generation") == generation and last.get("outcome") in outcomes:
+            return st
+        return None
+
+    return dict(cluster.wait_for(f"the upgrade of generation {generation} to end {outcomes}", ended,
+                                 UPGRADE_TIMEOUT))
+
+
+def assert_exactly_once(cluster: E2ECluster, ns: str, out: str, sent: int) -> list[dict[str, Any]]:
+    rows = consume(cluster.bootstrap, out, sent, READY_TIMEOUT, committed=True)
+    problem = exactly_once_message((r["id"] for r in rows), sent)
+    assert problem is None, problem + "\n" + cluster.diagnostics(ns)
+    return rows
+
+
+def events(cluster: E2ECluster, ns: str, reason: str) -> list[dict[str, Any]]:
+    out = cluster.kubectl("get", "events", "-n", ns, "--field-selector", f"reason={reason}", "-o", "json",
+                          check=False)
+    return list(json.loads(out).get("items", [])) if out.strip() else []
+
+
+def test_in_place_upgrades_and_an_automatic_rollback(cluster: E2ECluster, ns: str) -> None:
+    src, out = f"{ns}-events", f"{ns}-events-out"
+    create_topics(cluster.bootstrap, src, out)
+    cluster.apply(cluster_doc(ns, cluster.bootstrap), feed_query(ns, src, out))
+    feed = Feed(cluster.bootstrap, src)
+    try:
+        cluster.wait_for("an active driver", lambda: cluster.active_pod(ns, "feed"), READY_TIMEOUT)
+        first = status(cluster, ns)
+        checkpoint = first["identity"]["checkpointPath"]
+        time.sleep(5)
+
+        # 1. add a WHERE: data-selection, in place
+        st = upgrade_ended(cluster, ns, edit_sql(cluster, ns, WHERE), "Succeeded")
+        last = st["lastUpgrade"]
+        assert last["category"] == "data-selection" and last["fromHash"] == first["plan"]["hash"]
+        assert st["plan"]["hash"] == last["toHash"] and st["identity"]["checkpointPath"] == checkpoint
+        assert last["checkpoint"] == checkpoint and last["gapSeconds"] is not None
+        time.sleep(3)
+
+        # 2. add an output column: schema-evolution, in place
+        st = upgrade_ended(cluster, ns, edit_sql(cluster, ns, COLUMN), "Succeeded")
+        assert st["lastUpgrade"]["category"] == "schema-evolution"
+        assert st["identity"]["checkpointPath"] == checkpoint
+        stable = st["plan"]["hash"]
+        time.sleep(3)
+
+        # 3. a plan that fails at run time: rolled back by itself, the stable plan runs again
+        st = upgrade_ended(cluster, ns, edit_sql(cluster, ns, FAILING), "RolledBack")
+        last = st["lastUpgrade"]
+        assert st["plan"]["hash"] == stable and last["rollback"] == "handBack", last
+        assert last["error"]["class"] == "CAST_INVALID_INPUT", last
+        assert [h["outcome"] for h in st["history"][:3]] == ["RolledBack", "Succeeded", "Succeeded"]
+        cluster.wait_for("the stable plan's driver active again", lambda: (
+            (lease := cluster.get("lease", ns, "feed-driver")) and
+            lease["metadata"]["annotations"].get("sluice.dev/holder-plan-hash") == stable), 120)
+        cluster.wait_for("an UpgradeRolledBack event", lambda: events(cluster, ns, "UpgradeRolledBack"), 60)
+        sent_before = feed.sent
+        time.sleep(8)  # records that arrive after the rollback are processed by the stable plan
+        sent = feed.stop()
+        rows = assert_exactly_once(cluster, ns, out, sent)
+        late = [r for r in rows if r["id"] >= sent_before]
+        assert late and all("kk" in r and "n" not in r for r in late), late[:3]
+    except Exception as exc:
+        raise AssertionError(f"{exc}\n{cluster.diagnostics(ns)}") from exc
+    finally:
+        feed.stop()
+
+
+def test_rollback_never_then_edits_during_a_rollout_and_an_operator_restart(
+    cluster: E2ECluster, ns: str
+) -> None:
+    src, out = f"{ns}-events", f"{ns}-events-out"
+    create_topics(cluster.bootstrap, src, out)
+    cluster.apply(cluster_doc(ns, cluster.bootstrap), feed_query(ns, src, out, upgrade={"rollback": "Never"}))
+    feed = Feed(cluster.bootstrap, src)
+    operator_stopped = False
+    try:
+        cluster.wait_for("an active driver", lambda: cluster.active_pod(ns, "feed"), READY_TIMEOUT)
+        time.sleep(3)
+
+        # 1. rollback Never: the failing plan stays, the query is Degraded with the error
+        st = upgrade_ended(cluster, ns, edit_sql(cluster, ns, FAILING), "Failed")
+        assert st["phase"] == "Degraded" and st["rollout"]["step"] == "Failed"
+        degraded = next(c for c in st["conditions"] if c["type"] == "Degraded")
+        assert degraded["status"] == "True" and "CAST_INVALID_INPUT" in degraded["message"], degraded
+        failed_plan = st["rollout"]["targetHash"]
+
+        # 2. the next edit is classified against the failed plan that the workload is on
+        gen = edit_sql(cluster, ns, WHERE)
+        st = cluster.wait_for("the fix rolling out", lambda: (
+            (s := status(cluster, ns)).get("rollout", {}).get("step") in ("Applying", "Verifying")
+            and s["rollout"]["fromHash"] == failed_plan and s), 60)
+        target = st["rollout"]["targetHash"]
+
+        # 3. an edit during the rollout waits for it; the operator killed mid-rollout resumes it
+        later = edit_sql(cluster, ns, COLUMN)
+        assert cluster.stop_operator is not None and cluster.start_operator is not None
+        cluster.stop_operator()
+        operator_stopped = True
+        time.sleep(10)
+        cluster.start_operator()
+        operator_stopped = False
+        st = upgrade_ended(cluster, ns, later, "Succeeded")
+        outcomes = [(h["toHash"], h["outcome"]) for h in st["history"][:3]]
+        assert outcomes[1] == (target, "Succeeded"), outcomes  # the fix, then the later edit
+        assert outcomes[2][1] == "Failed", outcomes
+        assert st["phase"] in ("Running", "Starting") and not st.get("rollout"), st
+        assert gen < later
+        time.sleep(4)
+        sent = feed.stop()
+        assert_exactly_once(cluster, ns, out, sent)
+    except Exception as exc:
+        raise AssertionError(f"{exc}\n{cluster.diagnostics(ns)}") from exc
+    finally:
+        feed.stop()
+        if operator_stopped and cluster.start_operator is not None:
+            cluster.start_operator()
