@@ -124,10 +124,15 @@ def evaluate(
     timeout: float,
     max_dead_letter_ratio: float | None = None,
     max_restarts: int = MAX_RESTARTS,
+    errors_since: dt.datetime | None = None,
 ) -> GateResult:
-    """Whether the driver of ``plan_hash`` passed, failed, or is still being waited for."""
+    """Whether the driver of ``plan_hash`` passed, failed, or is still being waited for.
+
+    The deadline counts from ``started`` (the gate's start); errors count from ``errors_since``
+    (the rollout's start: a driver of the new plan may fail before the gate started), by default
+    ``started``."""
     progress = target_progress(record, plan_hash, start_epoch)
-    errors = driver_errors(pods, plan_hash, started)
+    errors = driver_errors(pods, plan_hash, errors_since or started)
     if errors:
         error = errors[0]
         where = "while warming up" if error.phase == "warm-up" else "while running"

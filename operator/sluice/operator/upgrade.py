@@ -85,6 +85,7 @@ def verify(run: QueryRun, ctx: QueryContext, rollout: dict[str, Any], policy: Up
         now=gate.parse_time(now),  # type: ignore[arg-type]
         record=record, pods=pods, batches_needed=policy.health_batches,
         timeout=float(policy.health_timeout_seconds), max_dead_letter_ratio=policy.max_dead_letter_ratio,
+        errors_since=gate.parse_time(rollout["started"]),
     )
     if result.verdict == gate.Verdict.WAIT:
         if rollout.get("message") != result.message:
@@ -209,7 +210,7 @@ def roll_back(run: QueryRun, ctx: QueryContext, rollout: dict[str, Any]) -> bool
         started=gate.parse_time(info.get("started")) or gate.parse_time(now),  # type: ignore[arg-type]
         now=gate.parse_time(now),  # type: ignore[arg-type]
         record=record, pods=driver_pods(run, ctx), batches_needed=ROLLBACK_BATCHES,
-        timeout=float(policy.health_timeout_seconds),
+        timeout=float(policy.health_timeout_seconds), errors_since=gate.parse_time(rollout["started"]),
     )
     if result.verdict == gate.Verdict.WAIT:
         return False
