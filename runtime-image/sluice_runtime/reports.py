@@ -56,33 +56,43 @@ def ran_a_batch(progress: Mapping[str, Any]) -> bool:
 class ProgressCounter:
     """Counts one term's committed batches (of the main query) and progress events (of every
     query, idle ones included) from the queries' progress reports; each report is counted once,
-    however often it is seen again in ``recentProgress``."""
+    however often it is seen again in ``recentProgress``. Reports come oldest first with rising
+    timestamps (and, for batches that ran, rising batch ids), so only the newest counted one of
+    each query is remembered: the memory stays the same over a term of any length."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._batches: set[int] = set()
-        self._events: set[tuple[str, str]] = set()
+        self._batches = 0
+        self._last_batch = -1
+        self._events = 0
+        self._last_event: dict[str, str] = {}  # query id -> timestamp of its newest report counted
 
     def observe(self, progresses: Iterable[Mapping[str, Any]], *, main: bool) -> None:
         with self._lock:
             for p in progresses:
-                self._events.add((str(p.get("id") or p.get("name") or ""), str(p.get("timestamp") or "")))
-                if main and ran_a_batch(p):
-                    self._batches.add(int(p.get("batchId", -1)))
+                query, stamp = str(p.get("id") or p.get("name") or ""), str(p.get("timestamp") or "")
+                if stamp <= self._last_event.get(query, ""):
+                    continue  # seen before (ISO timestamps of one format compare as text)
+                self._last_event[query] = stamp
+                self._events += 1
+                batch = int(p.get("batchId", -1))
+                if main and ran_a_batch(p) and batch > self._last_batch:
+                    self._last_batch = batch
+                    self._batches += 1
 
     @property
     def batches(self) -> int:
         with self._lock:
-            return len(self._batches)
+            return self._batches
 
     @property
     def events(self) -> int:
         with self._lock:
-            return len(self._events)
+            return self._events
 
     def record(self, plan_hash: str, epoch: int) -> Progress:
         with self._lock:
-            return Progress(plan_hash, epoch, len(self._batches), len(self._events))
+            return Progress(plan_hash, epoch, self._batches, self._events)
 
 
 class TermProgress:
