@@ -60,6 +60,18 @@ def has_signature(checkpoint: str | Path) -> bool:
     return (Path(checkpoint) / SIGNATURE_FILE).is_file()
 
 
+def recorded_plan(checkpoint: str | Path) -> str | None:
+    """The hash of the plan whose signature the checkpoint records (the last plan that started on
+    it after a switch), None when it records none."""
+    try:
+        data = json.loads((Path(checkpoint) / SIGNATURE_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(data, dict):
+        return None
+    return str(data.get("planHash") or "") or None
+
+
 def record(checkpoint: str | Path, plan: Plan) -> None:
     path = Path(checkpoint) / SIGNATURE_FILE
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -7,9 +7,10 @@ Called once per term, before the exactly-once producer is initialised and before
    newest one; the holder then writes ``sluice.dev/restore-done`` with the request's id. A
    requested epoch that no longer exists refuses the start (``BackstopMissing``);
 2. otherwise the newest earlier epoch, as always (:mod:`sluice_runtime.epochs`). When the driver
-   before ran **another plan**, that source epoch is kept untouched as a **backstop**
-   (``<base>/backstops.json``, never pruned while listed) and announced on the Lease
-   (``sluice.dev/backstop``);
+   before ran **another plan** (the plan the source epoch's state signature names, else the
+   Lease's ``sluice.dev/holder-plan-hash`` before this driver took it), that source epoch is kept
+   untouched as a **backstop** (``<base>/backstops.json``, never pruned while listed) and
+   announced on the Lease (``sluice.dev/backstop``);
 3. after a switch of plan (or a restore) the new epoch is **verified** against the plan
    (:func:`sluice_runtime.backstop.verify`: pinned Spark settings, stateful operators, the state
    signature): problems refuse the start (``CheckpointIncompatible``). The plan's state signature
@@ -77,10 +78,13 @@ def prepare_start(base: str | Path, epoch: int, plan: Plan, plan_hash: str, prev
         log.info("restore request %s: starting from checkpoint epoch %s", request.id, request.epoch)
     checkpoint, source = epochs.prepare(base, epoch, source=override)
     start = StartPoint(checkpoint, source, restored=request)
-    switched = bool(previous_plan) and previous_plan != plan_hash
+    # the plan that ran on the source last: the one its signature names (a holder whose start was
+    # refused left its plan on the Lease, not on the checkpoint), else the Lease's previous holder's
+    writer = (backstop_mod.recorded_plan(source) if source is not None else None) or previous_plan
+    switched = bool(writer) and writer != plan_hash
     source_epoch = epochs.epoch_of(source, base) if source is not None else None
     if switched and request is None and source_epoch is not None:
-        start.backstop = Backstop(epoch=source_epoch, plan_hash=previous_plan, to_plan=plan_hash, time=time)
+        start.backstop = Backstop(epoch=source_epoch, plan_hash=writer, to_plan=plan_hash, time=time)
         epochs.keep_backstop(base, start.backstop)
     verified = switched or request is not None
     if verified:
