@@ -2,13 +2,16 @@
 
 ``verify(checkpoint, plan)`` returns the problems found by :func:`sluice.core.classify.backstop.check`
 ([] when the restart is safe as far as the checkpoint can tell); ``record(checkpoint, plan)`` writes
-the plan's state signature to ``<checkpoint>/sluice/state.json`` when a checkpoint is first used.
+the plan's state signature to ``<checkpoint>/sluice/state.json`` when a checkpoint is first used
+(by create-and-rename, as Spark writes its own files: a checkpoint epoch shares its files with the
+epoch it was linked from by hard links, so a file is never rewritten in place).
 Only plain files are read (local or mounted volume paths).
 """
 
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -53,10 +56,28 @@ def read_facts(checkpoint: str | Path) -> CheckpointFacts:
     return facts
 
 
+def has_signature(checkpoint: str | Path) -> bool:
+    return (Path(checkpoint) / SIGNATURE_FILE).is_file()
+
+
+def recorded_plan(checkpoint: str | Path) -> str | None:
+    """The hash of the plan whose signature the checkpoint records (the last plan that started on
+    it after a switch), None when it records none."""
+    try:
+        data = json.loads((Path(checkpoint) / SIGNATURE_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(data, dict):
+        return None
+    return str(data.get("planHash") or "") or None
+
+
 def record(checkpoint: str | Path, plan: Plan) -> None:
     path = Path(checkpoint) / SIGNATURE_FILE
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(state_signature(plan), indent=2, sort_keys=True), encoding="utf-8")
+    staging = path.with_name(f".{path.name}.tmp")
+    staging.write_text(json.dumps(state_signature(plan), indent=2, sort_keys=True), encoding="utf-8")
+    os.replace(staging, path)  # a new inode: the epoch this one was linked from keeps its own
 
 
 def verify(checkpoint: str | Path, plan: Plan) -> list[str]:

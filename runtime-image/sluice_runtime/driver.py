@@ -8,11 +8,13 @@ checkpoint directly, as it always did. With one, every driver of a query runs :f
    ``/readyz`` 200 "standby: warm";
 2. wait for the Lease (:class:`~sluice_runtime.elector.Elector`): released, expired, or its
    holder's process gone;
-3. *active*: make the checkpoint epoch (hard links, :mod:`sluice_runtime.epochs`), initialise the
-   exactly-once producer (fences the old one), start the queries; record the takeover gap;
+3. *active*: make the checkpoint epoch (hard links, :mod:`sluice_runtime.epochs`; a restore
+   request, a backstop and the check of the checkpoint: :mod:`sluice_runtime.startpoint`),
+   initialise the exactly-once producer (fences the old one), start the queries; record the
+   takeover gap; report progress with the renewals (:mod:`sluice_runtime.reports`);
 4. until SIGTERM (drain, release, exit 0), a hand-off request (drain, release to the requested
    pod, back to 2 still warm), a lost Lease (stop without writing, back to 2), or a failed query
-   (release, exit 1).
+   (error on the pod, release, exit 1).
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from sluice.core.driverreport import DriverError
 from sluice.core.election import (
     ACTIVE_DELETION_COST,
     DELETION_COST,
@@ -39,7 +42,8 @@ from sluice.core.election import (
 )
 
 from sluice_runtime import drain as drain_mod
-from sluice_runtime import epochs
+from sluice_runtime import epochs, reports
+from sluice_runtime.startpoint import StartRefused, prepare_start
 
 if TYPE_CHECKING:
     from sluice.core.plan.model import Plan
@@ -59,14 +63,19 @@ FAILED = "failed"
 FINISHED = "finished"
 
 
-def _monitor(pipeline: Pipeline, state: RuntimeState, stop: threading.Event) -> None:
-    """Poll the queries' progress into metrics and readiness (runs in a thread)."""
+def _monitor(pipeline: Pipeline, state: RuntimeState, stop: threading.Event,
+             progress: reports.TermProgress | None = None) -> None:
+    """Poll the queries' progress into metrics, readiness and the term's progress record (runs in
+    a thread)."""
     seen = -1
     while not stop.is_set():
         try:
             main = pipeline.main
             for q in pipeline.all_queries():
-                state.metrics.observe_recent(str(q.name), q.recentProgress, q.isActive)
+                recent = q.recentProgress
+                state.metrics.observe_recent(str(q.name), recent, q.isActive)
+                if progress is not None:
+                    progress.observe(recent, main=q is main)
             active = main.isActive
             exc = main.exception()
             for q in pipeline.dead_letter.values():
@@ -91,10 +100,11 @@ def supervise(
     drain_requested: threading.Event,
     elector: Elector | None = None,
     on_tick: Callable[[], None] | None = None,
+    progress: reports.TermProgress | None = None,
 ) -> str:
     """Run until something ends this term; returns what (DRAIN, HANDOFF, LOST, FAILED, FINISHED)."""
     stop_monitor = threading.Event()
-    threading.Thread(target=_monitor, args=(pipeline, state, stop_monitor), daemon=True).start()
+    threading.Thread(target=_monitor, args=(pipeline, state, stop_monitor, progress), daemon=True).start()
     try:
         while True:
             if drain_requested.is_set():
@@ -259,10 +269,15 @@ def run_elected(
                       plan_hash=state.plan_hash, duration=config.lease_seconds)
     try:
         started = time.monotonic()
-        prepared = prepare_pipeline(
-            spark, plan, bootstrap=config.bootstrap, query_id=query_id, security=config.kafka,
-            consumer_group=config.consumer_group, warm_up=True,
-        )
+        try:
+            prepared = prepare_pipeline(
+                spark, plan, bootstrap=config.bootstrap, query_id=query_id, security=config.kafka,
+                consumer_group=config.consumer_group, warm_up=True,
+            )
+        except Exception as exc:
+            reports.report_exception(api, config.lease_namespace, pod, plan, state.plan_hash, reports.WARM_UP,
+                                     exc)
+            raise
         log.info("standby: warm in %.1fs (plan %s), waiting for lease %s/%s", time.monotonic() - started,
                  plan.hash[:12], config.lease_namespace, config.lease_name)
         while True:
@@ -297,13 +312,25 @@ def _term(config: RunConfig, prepared: Prepared, state: RuntimeState, drain_requ
     takeover: Takeover = leadership.takeover
     failover = leadership.why in (Why.EXPIRED, Why.HOLDER_DEAD)
     acquired_wall = time.time()
+    namespace, plan, plan_hash = config.lease_namespace or "", prepared.plan, state.plan_hash
     try:
-        checkpoint, source = epochs.prepare(config.checkpoint, leadership.epoch)
+        start = prepare_start(config.checkpoint, leadership.epoch, plan, plan_hash, leadership.previous_plan,
+                              leadership.annotations, reports.now_rfc3339())
+        elector.report(start.annotations())
+        checkpoint, source = start.checkpoint, start.source
         meter = GapMeter(checkpoint, epochs.last_commit_time(source) if source else None, acquired_wall)
         gate = drain_mod.BatchGate(guard=elector.may_write)
         pipeline = start_pipeline(prepared, checkpoint=str(checkpoint), available_now=config.available_now,
                                   transactional_id=config.transactional_id, gate=gate)
-    except Exception:
+    except StartRefused as refused:
+        print(f"sluice-runtime: not started: {refused.error_class}: {refused.message}", file=sys.stderr)
+        reports.report_error(api, namespace, pod, DriverError(
+            plan_hash, reports.ACTIVE, refused.error_class, refused.message, reports.now_rfc3339()))
+        elector.release()
+        state.health.active = False
+        return FAILED, 1
+    except Exception as exc:
+        reports.report_exception(api, namespace, pod, plan, plan_hash, reports.ACTIVE, exc)
         elector.release()
         raise
     log.info("active: took over (%s) from %r, epoch %s, on %s", leadership.why, takeover.from_pod or None,
@@ -322,9 +349,13 @@ def _term(config: RunConfig, prepared: Prepared, state: RuntimeState, drain_requ
         record = Takeover(**{**takeover.__dict__, "gap_seconds": round(gap, 3)})
         elector.annotate({LAST_TAKEOVER: record.to_json()})
 
-    end = supervise(pipeline, state, drain_requested, elector, on_tick)
+    progress = reports.TermProgress(elector, plan_hash, leadership.epoch)
+    end = supervise(pipeline, state, drain_requested, elector, on_tick, progress)
     request = elector.handoff_request
+    failure = reports.query_failure(pipeline.all_queries()) if end == FAILED else None
     code = finish(pipeline, state, end)
+    if failure is not None:
+        reports.report_exception(api, namespace, pod, plan, plan_hash, reports.ACTIVE, failure)
     if end == LOST:
         elector.step_down()
         log.error("active: lease lost; stopped without committing, back to standby")

@@ -3,7 +3,8 @@
 One :class:`Elector` per driver process. A watch thread keeps the newest Lease record; the
 caller waits with :meth:`Elector.wait_for_leadership` (standby), then keeps it with a renew
 thread (active) until it releases it (:meth:`Elector.release`, after a drain or a hand-off) or
-loses it (:attr:`Elector.lost`). :meth:`Elector.may_write` is the write guard of the holder.
+loses it (:attr:`Elector.lost`). :meth:`Elector.may_write` is the write guard of the holder;
+:meth:`Elector.report` hands it annotations (its progress) to write with the next renewal.
 """
 
 from __future__ import annotations
@@ -16,9 +17,10 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
+from sluice.core.driverreport import HOLDER_PROGRESS, Progress
 from sluice.core.election import (
     HANDOFF_DONE,
     HOLDER_ADDRESS,
@@ -100,6 +102,8 @@ class Leadership:
     why: Why
     previous_holder: str  # identity, "" when none
     takeover: Takeover
+    previous_plan: str = ""  # the plan hash of the driver that held the Lease before, "" when none
+    annotations: dict[str, str] = field(default_factory=dict)  # the Lease's, as found when taken
 
 
 class Elector:
@@ -134,6 +138,7 @@ class Elector:
         self.lost = threading.Event()
         self.handoff = threading.Event()
         self.handoff_request: HandoffRequest | None = None
+        self._pending: dict[str, str] = {}  # annotations for the next renewal (report)
         self._renewer: threading.Thread | None = None
         threading.Thread(target=self._watch_loop, name="sluice-lease-watch", daemon=True).start()
 
@@ -236,8 +241,10 @@ class Elector:
                             reason=str(why), epoch=epoch, plan_hash=self.plan_hash)
         annotations = dict(record.annotations)
         annotations.pop(PREFERRED_HOLDER, None)
+        # a progress record of this term from the start: one of an older term never survives into it
         annotations.update({HOLDER_ADDRESS: self.address or "", HOLDER_PLAN: self.plan_hash,
-                            LAST_TAKEOVER: takeover.to_json()})
+                            LAST_TAKEOVER: takeover.to_json(),
+                            HOLDER_PROGRESS: Progress(self.plan_hash, epoch, 0, 0).to_json()})
         desired = json.loads(json.dumps(lease))
         desired["metadata"]["annotations"] = annotations
         desired["spec"].update({
@@ -260,6 +267,7 @@ class Elector:
             self.lost.clear()
             self.handoff.clear()
             self.handoff_request = None
+            self._pending = {}
             # in one step with _holding: a watch event older than our write must not look like a loss
             self._lease = updated
             self._observed = observe(self._observed, LeaseRecord.from_lease(updated), self.clock())
@@ -268,7 +276,9 @@ class Elector:
                  record.holder or takeover.from_pod)
         self._renewer = threading.Thread(target=self._renew_loop, name="sluice-lease-renew", daemon=True)
         self._renewer.start()
-        return Leadership(epoch=epoch, why=why, previous_holder=record.holder, takeover=takeover)
+        return Leadership(epoch=epoch, why=why, previous_holder=record.holder, takeover=takeover,
+                          previous_plan=record.annotations.get(HOLDER_PLAN, ""),
+                          annotations=dict(record.annotations))
 
     def _last_holder_pod(self, record: LeaseRecord) -> str:
         previous = Takeover.from_json(record.annotations.get(LAST_TAKEOVER))
@@ -311,8 +321,18 @@ class Elector:
                         self._holding = False
                         self.lost.set()
                 return
-            self._renew_once()
+            with self._cond:
+                pending = dict(self._pending)
+            if self._renew_once(pending) and pending:
+                self._sent(pending)
             self._stop.wait(interval)
+
+    def _sent(self, annotations: dict[str, str]) -> None:
+        """Forget reported annotations once written (unless a newer value came meanwhile)."""
+        with self._cond:
+            for key, value in annotations.items():
+                if self._pending.get(key) == value:
+                    del self._pending[key]
 
     def _renew_once(self, annotations: dict[str, str] | None = None,
                     drop: tuple[str, ...] = ()) -> bool:
@@ -350,8 +370,20 @@ class Elector:
         return False
 
     def annotate(self, annotations: dict[str, str]) -> bool:
-        """Write annotations with the next renewal (e.g. the measured takeover gap)."""
-        return self._renew_once(annotations)
+        """Write annotations now, with a renewal of its own (e.g. the measured takeover gap)."""
+        with self._cond:
+            pending = dict(self._pending)
+        written = self._renew_once({**pending, **annotations})
+        if written:
+            self._sent(pending)
+        return written
+
+    def report(self, annotations: dict[str, str]) -> None:
+        """Write annotations with the next regular renewal (or the release), not with a write of
+        their own: the holder's progress. A later value of a key replaces one not yet written."""
+        with self._cond:
+            if self._holding:
+                self._pending.update(annotations)
 
     def release(self, preferred_pod: str = "", handoff_id: str | None = None) -> None:
         """Let go at once (after a drain): the holder identity is emptied, a waiting driver
@@ -361,6 +393,7 @@ class Elector:
             # from here on nothing may write, and our own release is not "losing" the lease
             self._holding = False
             self._valid_until = 0.0
+            pending, self._pending = self._pending, {}
         if not holding:
             return
         for _ in range(5):
@@ -374,6 +407,7 @@ class Elector:
             desired["spec"]["holderIdentity"] = ""
             desired["spec"]["renewTime"] = micro_time()
             ann = desired["metadata"].setdefault("annotations", {})
+            ann.update(pending)  # the last report of the term goes with the release
             ann.pop(HOLDER_ADDRESS, None)
             if preferred_pod:
                 ann[PREFERRED_HOLDER] = preferred_pod
@@ -397,6 +431,7 @@ class Elector:
         with self._cond:
             self._holding = False
             self._valid_until = 0.0
+            self._pending = {}
 
     def close(self) -> None:
         self._stop.set()

@@ -13,21 +13,32 @@ file, no data copied) and bounded by Spark's own retention (``minBatchesToRetain
 
 A base that already holds a checkpoint (``metadata`` at the top: a query started before election
 existed, or by ``sluice run``) is the source of the first epoch.
+
+Backstops: when a holder takes over from a driver of another plan, the epoch it starts from (the
+last one the other plan wrote) is kept untouched in ``<base>/backstops.json`` (the newest
+:data:`KEEP_BACKSTOPS`): :func:`prune` never deletes an epoch listed there, and a restore request
+of the operator makes a new epoch from it instead of the newest one (``prepare(source=...)``).
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import shutil
 import time
 from pathlib import Path
 
+from sluice.core.driverreport import Backstop
+
 log = logging.getLogger(__name__)
 
 EPOCHS = "epochs"
 #: epochs kept behind the live one (a zombie may still write into the previous one)
 KEEP_BEHIND = 1
+BACKSTOPS = "backstops.json"
+#: backstop epochs kept (older ones drop out of the list, then are pruned like any other epoch)
+KEEP_BACKSTOPS = 3
 
 
 def epoch_dir(base: str | Path, epoch: int) -> Path:
@@ -67,13 +78,23 @@ def _link_tree(src: Path, dst: Path, skip: set[str]) -> int:
     return count
 
 
-def prepare(base: str | Path, epoch: int) -> tuple[Path, Path | None]:
-    """Make ``epochs/<epoch>`` (idempotent); returns (it, the source it was linked from)."""
+def epoch_of(path: str | Path, base: str | Path) -> int | None:
+    """The number of an epoch directory of ``base`` (None for anything else, e.g. the base)."""
+    path = Path(path)
+    if path.parent != Path(base) / EPOCHS or not path.name.isdigit():
+        return None
+    return int(path.name)
+
+
+def prepare(base: str | Path, epoch: int, source: Path | None = None) -> tuple[Path, Path | None]:
+    """Make ``epochs/<epoch>`` (idempotent); returns (it, the source it was linked from).
+
+    ``source``: link from this checkpoint instead of the newest earlier epoch (a restore)."""
     target = epoch_dir(base, epoch)
     if target.is_dir():
-        return target, source_of(base, epoch)
+        return target, source or source_of(base, epoch)
     started = time.monotonic()
-    source = source_of(base, epoch)
+    source = source or source_of(base, epoch)
     staging = Path(base) / EPOCHS / f".{epoch}.staging"
     shutil.rmtree(staging, ignore_errors=True)
     staging.mkdir(parents=True)
@@ -84,10 +105,36 @@ def prepare(base: str | Path, epoch: int) -> tuple[Path, Path | None]:
     return target, source
 
 
+def backstops(base: str | Path) -> list[Backstop]:
+    """The kept backstop epochs, oldest first."""
+    path = Path(base) / BACKSTOPS
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return []
+    kept = [Backstop.from_json(json.dumps(item)) for item in data if isinstance(item, dict)]
+    return [b for b in kept if b is not None]
+
+
+def keep_backstop(base: str | Path, backstop: Backstop, keep: int = KEEP_BACKSTOPS) -> list[Backstop]:
+    """Add ``backstop`` to the kept ones (an epoch listed again moves to the end), keep the newest
+    ``keep``; returns the list written."""
+    kept = [b for b in backstops(base) if b.epoch != backstop.epoch] + [backstop]
+    kept = kept[-keep:]
+    path = Path(base) / BACKSTOPS
+    staging = path.with_name(f".{BACKSTOPS}.tmp")
+    staging.write_text(json.dumps([json.loads(b.to_json()) for b in kept], indent=1), encoding="utf-8")
+    os.replace(staging, path)  # a reader sees the old list or the new one, never half of it
+    log.info("checkpoint epoch %s kept as a backstop (plan %s, before %s)", backstop.epoch,
+             backstop.plan_hash[:12], backstop.to_plan[:12])
+    return kept
+
+
 def prune(base: str | Path, live: int, keep_behind: int = KEEP_BEHIND) -> list[int]:
-    """Remove epochs older than the ``keep_behind`` ones before ``live``."""
+    """Remove epochs older than the ``keep_behind`` ones before ``live``, except backstops."""
+    kept = {b.epoch for b in backstops(base)}
     older = [e for e in epochs(base) if e < live]
-    doomed = older[: max(0, len(older) - keep_behind)]
+    doomed = [e for e in older[: max(0, len(older) - keep_behind)] if e not in kept]
     for e in doomed:
         shutil.rmtree(epoch_dir(base, e), ignore_errors=True)
     return doomed

@@ -5,6 +5,10 @@ Steady input (20 records/s), exactly-once sink; the output is read with read_com
 input record must appear exactly once after each event: a hand-off on request, SIGTERM of the
 active driver, kill -9 of it, and a zombie (SIGSTOP longer than the lease, then SIGCONT) that must
 notice it lost the Lease and stop without writing.
+
+The hand-off scenario runs its two drivers on two plans that differ only in a condition that is
+always true (an in-place upgrade by hand-off, and back): each takeover keeps the epoch of the
+other plan as a backstop, and the holder's progress on the Lease belongs to its own plan and term.
 """
 
 from __future__ import annotations
@@ -24,7 +28,9 @@ from typing import Any
 
 import pytest
 import yaml
+from sluice.core.driverreport import BACKSTOP, HOLDER_PROGRESS, Backstop, Progress
 from sluice.core.election import HANDOFF_REQUEST, LAST_TAKEOVER, HandoffRequest, Takeover
+from sluice.core.plan.model import Plan
 
 from tests.support.feed import Feed, exactly_once_message
 from tests.support.runtime import consume, create_topic, free_port, plan_from_yaml, unique
@@ -161,24 +167,46 @@ def exactly_once(kafka: str, topic: str, sent: int, drivers: list[Driver]) -> No
     assert problem is None, problem + "\n" + "\n".join(d.tail() for d in drivers)
 
 
-@pytest.fixture
-def query(kafka: str, tmp_path: Path) -> tuple[Path, str, str]:
-    src, out = unique("feed"), unique("out")
-    create_topic(kafka, src, partitions=2)
-    create_topic(kafka, out)
-    plan = plan_from_yaml(f"""\
+def query_plan(src: str, out: str, where: str = "amount >= 0") -> Plan:
+    return plan_from_yaml(f"""\
   shufflePartitions: 2
   sources:
     - name: feed
       topic: {src}
       schema: [{{name: id, type: int}}, {{name: amount, type: double}}]
-  sql: SELECT id, amount FROM feed WHERE amount >= 0
+  sql: SELECT id, amount FROM feed WHERE {where}
   sink: {{topic: {out}, delivery: exactlyOnce}}
   trigger: {{processingTime: 500 milliseconds}}
 """)
+
+
+@pytest.fixture
+def query(kafka: str, tmp_path: Path) -> tuple[Path, str, str]:
+    src, out = unique("feed"), unique("out")
+    create_topic(kafka, src, partitions=2)
+    create_topic(kafka, out)
     path = tmp_path / "plan.json"
-    path.write_text(plan.to_json())
+    path.write_text(query_plan(src, out).to_json())
     return path, src, out
+
+
+def holder_progress(api: Api) -> tuple[Progress | None, int]:
+    """The holder's progress record on the Lease, and the Lease's current term (leaseTransitions)."""
+    lease = api.lease("q-driver")
+    record = Progress.from_json(lease["metadata"].get("annotations", {}).get(HOLDER_PROGRESS))
+    return record, int(lease["spec"].get("leaseTransitions") or 0)
+
+
+def progress_of_term(api: Api, plan_hash: str, drivers: list[Driver]) -> Progress:
+    """Waits until the holder reports committed batches of the current term, on ``plan_hash``."""
+    def check() -> Progress | None:
+        record, term = holder_progress(api)
+        ok = record is not None and record.epoch == term and record.batches > 0 and record.progress_events > 0
+        return record if ok else None
+
+    record: Progress = wait_until("the holder's progress on the Lease", check, 60, drivers)
+    assert record.plan_hash == plan_hash
+    return record
 
 
 def active_of(drivers: list[Driver]) -> Driver | None:
@@ -186,11 +214,11 @@ def active_of(drivers: list[Driver]) -> Driver | None:
 
 
 def start_pair(tmp: Path, plan: Path, checkpoint: Path, kafka: str, jars: list[Path], env: dict[str, str],
-               api: Api, src: str) -> tuple[list[Driver], Feed, Driver, Driver]:
-    """Two drivers of one query under steady input; returns once one is active and the other a
-    warm standby: (drivers, feed, active, standby)."""
+               api: Api, src: str, plan_b: Path | None = None) -> tuple[list[Driver], Feed, Driver, Driver]:
+    """Two drivers of one query under steady input (the second on ``plan_b`` if given); returns
+    once one is active and the other a warm standby: (drivers, feed, active, standby)."""
     a = Driver(tmp, "q-driver-a", plan, checkpoint, kafka, jars, env, api)
-    b = Driver(tmp, "q-driver-b", plan, checkpoint, kafka, jars, env, api)
+    b = Driver(tmp, "q-driver-b", plan_b or plan, checkpoint, kafka, jars, env, api)
     drivers = [a, b]
     feed = Feed(kafka, src, record=lambda i: {"id": i, "amount": float(i % 5)})
     try:
@@ -211,12 +239,18 @@ def test_handoff_on_request_and_on_sigterm(
 ) -> None:
     api, env = driver_env
     plan, src, out = query
+    plan_b = tmp_path / "plan-b.json"  # the same output: ids are never negative
+    plan_b.write_text(query_plan(src, out, "amount >= 0 AND id >= 0").to_json())
+    hashes = {pod: Plan.from_json(path.read_bytes()).hash for pod, path in (("q-driver-a", plan),
+                                                                           ("q-driver-b", plan_b))}
     checkpoint = tmp_path / "checkpoint"
-    drivers, feed, first, other = start_pair(tmp_path, plan, checkpoint, kafka, spark_jars, env, api, src)
+    drivers, feed, first, other = start_pair(tmp_path, plan, checkpoint, kafka, spark_jars, env, api, src,
+                                             plan_b)
     try:
         wait_until(f"the role labels ({first.pod} active, {other.pod} standby)",
                    lambda: api.pod_labels(first.pod).get("sluice.dev/role") == "active"
                    and api.pod_labels(other.pod).get("sluice.dev/role") == "standby", 30, drivers)
+        first_term = progress_of_term(api, hashes[first.pod], drivers).epoch
         time.sleep(4)
 
         # hand-off on request, to the named pod
@@ -224,9 +258,18 @@ def test_handoff_on_request_and_on_sigterm(
                     f"{HANDOFF_REQUEST}={HandoffRequest(id='h1', to=other.pod).to_json()}")
         wait_until("the standby active after the hand-off", lambda: other.role().get("role") == "active", 60,
                    drivers)
+        fresh, term = holder_progress(api)  # the acquire wrote a record of the new term at once
+        assert fresh is not None and fresh.epoch == term > first_term, fresh
         record = wait_until("the hand-off gap recorded",
                             lambda: (t := takeover(api)).gap_seconds is not None and t, 60, drivers)
         assert (record.from_pod, record.to_pod, record.kind) == (first.pod, other.pod, "HandedOff")
+        second_term = progress_of_term(api, hashes[other.pod], drivers).epoch
+        # it took over from another plan: the epoch that plan wrote last is kept as a backstop
+        announced = Backstop.from_json(api.lease("q-driver")["metadata"]["annotations"].get(BACKSTOP))
+        assert announced is not None, "no backstop announced on the Lease"
+        assert (announced.epoch, announced.plan_hash, announced.to_plan) == (
+            first_term, hashes[first.pod], hashes[other.pod])
+        assert (checkpoint / "epochs" / str(second_term) / "sluice" / "state.json").is_file()
         # the old active is a warm standby again, in the same process
         wait_until("the old active back to standby", lambda: first.role().get("role") == "standby", 60,
                    drivers)
@@ -242,6 +285,11 @@ def test_handoff_on_request_and_on_sigterm(
         record = wait_until("the second gap", lambda: (t := takeover(api)).to_pod == first.pod
                             and t.gap_seconds is not None and t, 60, drivers)
         assert record.reason == "released"
+        third_term = progress_of_term(api, hashes[first.pod], drivers).epoch
+        assert third_term > second_term
+        kept_epochs = [b["epoch"] for b in json.loads((checkpoint / "backstops.json").read_text())]
+        assert kept_epochs == [first_term, second_term]
+        assert all((checkpoint / "epochs" / str(e)).is_dir() for e in kept_epochs)  # never pruned
         time.sleep(4)
         sent = feed.stop()
         exactly_once(kafka, out, sent, drivers)

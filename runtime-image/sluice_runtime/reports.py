@@ -1,0 +1,195 @@
+"""What a driver reports to the operator (the records are :mod:`sluice.core.driverreport`'s).
+
+* Progress of the term, on the Lease: :class:`ProgressCounter` counts, from the queries' progress
+  reports, the micro-batches the main query committed and the progress events seen (idle triggers
+  included); :class:`TermProgress` hands a changed record to the elector, which writes it with its
+  next regular renewal (no write of its own).
+* The last error, on the driver's own pod (:func:`report_error`): a query that failed, a start
+  that was refused, a warm-up that raised. Best effort: a failed patch is logged, never raised.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import re
+import threading
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING, Any
+
+from sluice.core.driverreport import (
+    DRIVER_ERROR,
+    HOLDER_PROGRESS,
+    DriverError,
+    Progress,
+    error_of,
+    locate_step,
+)
+
+if TYPE_CHECKING:
+    from sluice.core.plan.model import Plan
+
+    from sluice_runtime.elector import Elector
+    from sluice_runtime.kubeapi import KubeApi
+
+log = logging.getLogger(__name__)
+
+WARM_UP = "warm-up"
+ACTIVE = "active"
+
+
+def now_rfc3339() -> str:
+    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+# -- progress ---------------------------------------------------------------------------------
+
+
+def ran_a_batch(progress: Mapping[str, Any]) -> bool:
+    """Whether a progress report is of a micro-batch that ran (and so was committed when it was
+    reported), not of an idle trigger. An idle trigger reports the *next* batch id with no input
+    and no ``addBatch`` time; a batch without input that ran anyway (a watermark or timeout moved)
+    has ``addBatch``."""
+    return int(progress.get("numInputRows") or 0) > 0 or "addBatch" in (progress.get("durationMs") or {})
+
+
+class ProgressCounter:
+    """Counts one term's committed batches (of the main query) and progress events (of every
+    query, idle ones included) from the queries' progress reports; each report is counted once,
+    however often it is seen again in ``recentProgress``. Reports come oldest first with rising
+    timestamps (and, for batches that ran, rising batch ids), so only the newest counted one of
+    each query is remembered: the memory stays the same over a term of any length."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._batches = 0
+        self._last_batch = -1
+        self._events = 0
+        self._last_event: dict[str, str] = {}  # query id -> timestamp of its newest report counted
+
+    def observe(self, progresses: Iterable[Mapping[str, Any]], *, main: bool) -> None:
+        with self._lock:
+            for p in progresses:
+                query, stamp = str(p.get("id") or p.get("name") or ""), str(p.get("timestamp") or "")
+                if stamp <= self._last_event.get(query, ""):
+                    continue  # seen before (ISO timestamps of one format compare as text)
+                self._last_event[query] = stamp
+                self._events += 1
+                batch = int(p.get("batchId", -1))
+                if main and ran_a_batch(p) and batch > self._last_batch:
+                    self._last_batch = batch
+                    self._batches += 1
+
+    @property
+    def batches(self) -> int:
+        with self._lock:
+            return self._batches
+
+    @property
+    def events(self) -> int:
+        with self._lock:
+            return self._events
+
+    def record(self, plan_hash: str, epoch: int) -> Progress:
+        with self._lock:
+            return Progress(plan_hash, epoch, self._batches, self._events)
+
+
+class TermProgress:
+    """The holder's progress record of one term, reported with the Lease renewals when it changed."""
+
+    def __init__(self, elector: Elector, plan_hash: str, epoch: int) -> None:
+        self.elector = elector
+        self.plan_hash = plan_hash
+        self.epoch = epoch
+        self.counter = ProgressCounter()
+        self._last = self.counter.record(plan_hash, epoch)  # written with the acquire
+
+    def observe(self, progresses: Iterable[Mapping[str, Any]], *, main: bool) -> None:
+        self.counter.observe(progresses, main=main)
+        record = self.counter.record(self.plan_hash, self.epoch)
+        if record != self._last:
+            self.elector.report({HOLDER_PROGRESS: record.to_json()})
+            self._last = record
+
+
+# -- errors -----------------------------------------------------------------------------------
+
+#: Spark's wrapper around the error that stopped a query (Spark 3.5/4.0; 4.1 reports the cause's)
+_STREAM_FAILED = re.compile(r"^\s*\[STREAM_FAILED\] Query \[[^\]]*\] terminated with exception: ")
+_FRAME = re.compile(r"^\s*(?:at\s|\.\.\. \d+ more)")
+_THROWABLE_LINE = re.compile(r"^[\w.$]+(?:Exception|Error|Throwable)(?::|$)")
+
+
+def _headers(stack: str) -> str:
+    """A JVM stack text without its frames: the exception lines and their ``Caused by:``s."""
+    return "\n".join(line for line in stack.splitlines() if line.strip() and not _FRAME.match(line))
+
+
+def exception_text(exc: BaseException) -> str:
+    """The text of an exception to read the error from: for one of Spark's (a StreamingQueryException,
+    an AnalysisException) its description, then the exception lines of its cause's JVM stack (the
+    Java class names, innermost last); for any other, ``str(exc)``."""
+    desc = getattr(exc, "desc", None) or getattr(exc, "_desc", None)
+    if not isinstance(desc, str):
+        return str(exc)
+    parts = [_STREAM_FAILED.sub("", desc, count=1)]
+    own = getattr(exc, "_stackTrace", None)
+    if isinstance(own, str) and _THROWABLE_LINE.match(own):  # a JVM exceptionString, not bare frames
+        parts.append(_headers(own))
+    cause = getattr(exc, "_cause", None)
+    cause_stack = getattr(cause, "_stackTrace", None)
+    if isinstance(cause_stack, str):
+        parts.append(_headers(cause_stack))
+    return "\n".join(p for p in parts if p.strip())
+
+
+def driver_error(plan: Plan, plan_hash: str, phase: str, exc: BaseException,
+                 time: str | None = None) -> DriverError:
+    """The error record of ``exc`` (the class Spark names, else a Java class in it, else the Python
+    exception's), with the plan step it points at where the SQL fragment quoted tells."""
+    text = exception_text(exc)
+    error_class, message = error_of(text)
+    if error_class == "Error":
+        error_class = type(exc).__name__
+    if not message:
+        message = type(exc).__name__
+    steps = [s.model_dump(by_alias=True) for s in plan.steps]
+    return DriverError(plan_hash=plan_hash, phase=phase, error_class=error_class, message=message,
+                       time=time or now_rfc3339(), step=locate_step(steps, text))
+
+
+def report_error(api: KubeApi | None, namespace: str, pod: str, error: DriverError) -> bool:
+    """Annotate this driver's own pod with ``error`` (best effort: False when it could not)."""
+    log.error("driver error (%s): %s", error.phase, error.summary())
+    if api is None or not pod or not namespace:
+        return False
+    try:
+        api.patch_pod_metadata(namespace, pod, {}, {DRIVER_ERROR: error.to_json()})
+        return True
+    except Exception as exc:  # never hide the error being reported
+        log.warning("cannot annotate pod %s/%s with the error: %s", namespace, pod, exc)
+        return False
+
+
+def report_exception(api: KubeApi | None, namespace: str, pod: str, plan: Plan, plan_hash: str, phase: str,
+                     exc: BaseException) -> None:
+    """:func:`report_error` for an exception; whatever goes wrong while reporting is logged only."""
+    try:
+        error = driver_error(plan, plan_hash, phase, exc)
+    except Exception as build_exc:
+        log.warning("cannot describe the error for the pod: %s", build_exc)
+        return
+    report_error(api, namespace, pod, error)
+
+
+def query_failure(queries: Iterable[Any]) -> BaseException | None:
+    """The exception of the first query that stopped with one."""
+    for q in queries:
+        try:
+            exc = q.exception()
+        except Exception:
+            continue
+        if exc is not None:
+            return exc  # type: ignore[no-any-return]
+    return None

@@ -1,0 +1,99 @@
+"""Which checkpoint a new Lease holder starts from, and whether its plan may start on it.
+
+Called once per term, before the exactly-once producer is initialised and before any query starts:
+
+1. a **restore request** of the operator for this plan (``sluice.dev/restore-request`` on the
+   Lease, not yet done): the new epoch is linked from the requested backstop epoch instead of the
+   newest one; the holder then writes ``sluice.dev/restore-done`` with the request's id. A
+   requested epoch that no longer exists refuses the start (``BackstopMissing``);
+2. otherwise the newest earlier epoch, as always (:mod:`sluice_runtime.epochs`). When the driver
+   before ran **another plan** (the plan the source epoch's state signature names, else the
+   Lease's ``sluice.dev/holder-plan-hash`` before this driver took it), that source epoch is kept
+   untouched as a **backstop** (``<base>/backstops.json``, never pruned while listed) and
+   announced on the Lease (``sluice.dev/backstop``);
+3. after a switch of plan (or a restore) the new epoch is **verified** against the plan
+   (:func:`sluice_runtime.backstop.verify`: pinned Spark settings, stateful operators, the state
+   signature): problems refuse the start (``CheckpointIncompatible``). The plan's state signature
+   is then recorded in the epoch (also in the first epoch of a new query).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from sluice.core.driverreport import BACKSTOP, RESTORE_DONE, Backstop, RestoreRequest, pending_restore
+
+from sluice_runtime import backstop as backstop_mod
+from sluice_runtime import epochs
+
+if TYPE_CHECKING:
+    from sluice.core.plan.model import Plan
+
+log = logging.getLogger(__name__)
+
+CHECKPOINT_INCOMPATIBLE = "CheckpointIncompatible"
+BACKSTOP_MISSING = "BackstopMissing"
+
+
+class StartRefused(RuntimeError):
+    """The plan may not start on this checkpoint (reported on the pod, the term fails)."""
+
+    def __init__(self, error_class: str, message: str) -> None:
+        super().__init__(message)
+        self.error_class = error_class
+        self.message = message
+
+
+@dataclass
+class StartPoint:
+    checkpoint: Path  # this term's epoch
+    source: Path | None  # what it was linked from
+    backstop: Backstop | None = None  # the epoch kept before a switch of plan
+    restored: RestoreRequest | None = None  # the restore request carried out
+
+    def annotations(self) -> dict[str, str]:
+        """What the holder writes on the Lease about its start."""
+        out: dict[str, str] = {}
+        if self.backstop is not None:
+            out[BACKSTOP] = self.backstop.to_json()
+        if self.restored is not None:
+            out[RESTORE_DONE] = self.restored.id
+        return out
+
+
+def prepare_start(base: str | Path, epoch: int, plan: Plan, plan_hash: str, previous_plan: str,
+                  lease_annotations: dict[str, str], time: str) -> StartPoint:
+    """Make this term's checkpoint epoch and check it (raises :class:`StartRefused`)."""
+    request = pending_restore(lease_annotations, plan_hash)
+    override: Path | None = None
+    if request is not None:
+        override = epochs.epoch_dir(base, request.epoch)
+        if not override.is_dir():
+            raise StartRefused(BACKSTOP_MISSING, f"restore request {request.id}: checkpoint epoch "
+                               f"{request.epoch} does not exist (kept: "
+                               f"{[b.epoch for b in epochs.backstops(base)] or 'none'})")
+        log.info("restore request %s: starting from checkpoint epoch %s", request.id, request.epoch)
+    checkpoint, source = epochs.prepare(base, epoch, source=override)
+    start = StartPoint(checkpoint, source, restored=request)
+    # the plan that ran on the source last: the one its signature names (a holder whose start was
+    # refused left its plan on the Lease, not on the checkpoint), else the Lease's previous holder's
+    writer = (backstop_mod.recorded_plan(source) if source is not None else None) or previous_plan
+    switched = bool(writer) and writer != plan_hash
+    source_epoch = epochs.epoch_of(source, base) if source is not None else None
+    if switched and request is None and source_epoch is not None:
+        start.backstop = Backstop(epoch=source_epoch, plan_hash=writer, to_plan=plan_hash, time=time)
+        epochs.keep_backstop(base, start.backstop)
+    verified = switched or request is not None
+    if verified:
+        problems = backstop_mod.verify(checkpoint, plan)
+        if problems:
+            raise StartRefused(CHECKPOINT_INCOMPATIBLE, "; ".join(problems))
+    # the signature of the plan that runs on it: a new query's, one verified, or one written by
+    # this same plan before signatures were recorded (never for a checkpoint of an unknown plan)
+    unsigned_same_plan = previous_plan == plan_hash and not backstop_mod.has_signature(checkpoint)
+    if source is None or verified or unsigned_same_plan:
+        backstop_mod.record(checkpoint, plan)
+    return start
