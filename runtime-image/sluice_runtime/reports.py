@@ -26,6 +26,8 @@ from sluice.core.driverreport import (
     locate_step,
 )
 
+from sluice_runtime.malformed import observed_counts
+
 if TYPE_CHECKING:
     from sluice.core.plan.model import Plan
 
@@ -65,6 +67,8 @@ class ProgressCounter:
         self._batches = 0
         self._last_batch = -1
         self._events = 0
+        self._input_rows = 0
+        self._dead_letters = 0
         self._last_event: dict[str, str] = {}  # query id -> timestamp of its newest report counted
 
     def observe(self, progresses: Iterable[Mapping[str, Any]], *, main: bool) -> None:
@@ -79,6 +83,8 @@ class ProgressCounter:
                 if main and ran_a_batch(p) and batch > self._last_batch:
                     self._last_batch = batch
                     self._batches += 1
+                    self._input_rows += int(p.get("numInputRows") or 0)
+                    self._dead_letters += sum(observed_counts(dict(p)).values())
 
     @property
     def batches(self) -> int:
@@ -92,7 +98,8 @@ class ProgressCounter:
 
     def record(self, plan_hash: str, epoch: int) -> Progress:
         with self._lock:
-            return Progress(plan_hash, epoch, self._batches, self._events)
+            return Progress(plan_hash, epoch, self._batches, self._events, self._input_rows,
+                            self._dead_letters)
 
 
 class TermProgress:

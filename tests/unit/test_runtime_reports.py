@@ -80,6 +80,17 @@ def test_a_batch_without_input_that_ran_counts_and_other_queries_add_only_events
     assert counter.record("h", 4) == Progress("h", 4, batches=1, progress_events=3)
 
 
+def test_input_rows_and_dead_letters_of_the_term_are_counted_for_the_gate() -> None:
+    counter = reports.ProgressCounter()
+    first = {**progress(0, "t1", 10, RAN), "observedMetrics": {"malformed-src-1": {"malformed": 2}}}
+    second = {**progress(1, "t2", 30, RAN), "observedMetrics": {"malformed-src-1": {"malformed": 1},
+                                                                "malformed-src-2": {"malformed": 4}}}
+    counter.observe([first, second, first], main=True)
+    record = counter.record("h", 2)
+    assert (record.input_rows, record.dead_letters) == (40, 7)
+    assert Progress.from_json(record.to_json()) == record
+
+
 class Reported:
     def __init__(self) -> None:
         self.calls: list[dict[str, str]] = []

@@ -58,10 +58,13 @@ class Progress:
     epoch: int  # leaseTransitions when this holder took over
     batches: int  # micro-batches committed in this term
     progress_events: int  # progress events seen in this term (idle triggers included)
+    input_rows: int = 0  # rows the committed batches read
+    dead_letters: int = 0  # of them, rows routed to a dead-letter topic (malformed)
 
     def to_json(self) -> str:
         return json.dumps({"planHash": self.plan_hash, "epoch": self.epoch, "batches": self.batches,
-                           "progressEvents": self.progress_events}, sort_keys=True, separators=(",", ":"))
+                           "progressEvents": self.progress_events, "inputRows": self.input_rows,
+                           "deadLetters": self.dead_letters}, sort_keys=True, separators=(",", ":"))
 
     @classmethod
     def from_json(cls, text: str | None) -> Progress | None:
@@ -70,7 +73,8 @@ class Progress:
             return None
         try:
             return cls(str(data["planHash"]), int(data.get("epoch") or 0), int(data.get("batches") or 0),
-                       int(data.get("progressEvents") or 0))
+                       int(data.get("progressEvents") or 0), int(data.get("inputRows") or 0),
+                       int(data.get("deadLetters") or 0))
         except (TypeError, ValueError):
             return None
 
