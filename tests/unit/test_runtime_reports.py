@@ -107,7 +107,7 @@ def test_the_term_progress_is_handed_to_the_elector_only_when_it_changed() -> No
     first = [progress(0, "t1", 2, RAN)]
     term.observe(first, main=True)
     term.observe(first, main=True)
-    assert [Progress.from_json(c[HOLDER_PROGRESS]) for c in elector.calls] == [Progress("h1", 3, 1, 1)]
+    assert [Progress.from_json(c[HOLDER_PROGRESS]) for c in elector.calls] == [Progress("h1", 3, 1, 1, 2)]
 
 
 # -- errors -----------------------------------------------------------------------------------
