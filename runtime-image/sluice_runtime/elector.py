@@ -294,6 +294,13 @@ class Elector:
             self.lost.set()
             return
         request = pending_handoff(record)
+        if request is not None and request.to and request.to == pod_of(self.identity):
+            # asked to hand over to itself: nothing to do but say it is done (no drain, no gap)
+            if self._pending.get(HANDOFF_DONE) != request.id:
+                log.info("lease %s: hand-off %s names this driver: done, nothing to hand over", self.name,
+                         request.id)
+                self.report({HANDOFF_DONE: request.id})
+            return
         if request is not None and not self.handoff.is_set():
             log.info("lease %s: hand-off requested (%s)", self.name, request.id)
             self.handoff_request = request

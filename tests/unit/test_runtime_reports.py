@@ -23,7 +23,7 @@ from sluice.core.driverreport import (
     Progress,
     RestoreRequest,
 )
-from sluice.core.election import HOLDER_PLAN
+from sluice.core.election import HANDOFF_DONE, HANDOFF_REQUEST, HOLDER_PLAN, HandoffRequest
 from sluice.core.plan.model import Plan
 from sluice_runtime import backstop, epochs, reports
 from sluice_runtime.elector import Elector
@@ -402,5 +402,23 @@ def test_the_holder_writes_its_progress_with_the_acquire_and_the_renewals() -> N
         assert server.lease["spec"]["holderIdentity"] == ""
         elector.report({HOLDER_PROGRESS: "ignored"})  # nothing is reported while not holding
         assert elector._pending == {}
+    finally:
+        elector.close()
+
+
+def test_a_hand_off_request_naming_the_holder_itself_is_done_without_a_drain() -> None:
+    server = LeaseServer({"metadata": {"name": "q-driver", "namespace": "ns", "resourceVersion": "1"},
+                          "spec": {"holderIdentity": "", "leaseDurationSeconds": 3, "leaseTransitions": 0}})
+    elector = Elector(server, namespace="ns", name="q-driver", identity="q-driver-a/x1",  # type: ignore[arg-type]
+                      address=None, plan_hash="p", duration=3.0)
+    try:
+        assert elector.wait_for_leadership(threading.Event()) is not None
+        with server.lock:  # the operator forwards a hand-off request naming the active pod
+            server.lease["metadata"].setdefault("annotations", {})[HANDOFF_REQUEST] = HandoffRequest(
+                id="h1", to="q-driver-a").to_json()
+            meta = server.lease["metadata"]
+            meta["resourceVersion"] = str(int(meta["resourceVersion"]) + 1)
+        wait_for(lambda: server.annotations().get(HANDOFF_DONE) == "h1")
+        assert not elector.handoff.is_set() and server.lease["spec"]["holderIdentity"] == "q-driver-a/x1"
     finally:
         elector.close()
