@@ -55,6 +55,15 @@ def ran_a_batch(progress: Mapping[str, Any]) -> bool:
     return int(progress.get("numInputRows") or 0) > 0 or "addBatch" in (progress.get("durationMs") or {})
 
 
+def idle_trigger(progress: Mapping[str, Any]) -> bool:
+    """Whether a report is of a trigger that found no new input: a live, idle loop. A trigger that
+    planned input but did not run it (its batch failed, or is still failing) is neither this nor a
+    batch: the gate must never count a query that cannot process its input as alive."""
+    if int(progress.get("numInputRows") or 0) > 0 or "addBatch" in (progress.get("durationMs") or {}):
+        return False
+    return all(src.get("startOffset") == src.get("endOffset") for src in progress.get("sources") or [])
+
+
 class ProgressCounter:
     """Counts one term's committed batches (of the main query) and progress events (of every
     query, idle ones included) from the queries' progress reports; each report is counted once,
@@ -78,7 +87,8 @@ class ProgressCounter:
                 if stamp <= self._last_event.get(query, ""):
                     continue  # seen before (ISO timestamps of one format compare as text)
                 self._last_event[query] = stamp
-                self._events += 1
+                if ran_a_batch(p) or idle_trigger(p):
+                    self._events += 1
                 batch = int(p.get("batchId", -1))
                 if main and ran_a_batch(p) and batch > self._last_batch:
                     self._last_batch = batch

@@ -80,6 +80,18 @@ def test_a_batch_without_input_that_ran_counts_and_other_queries_add_only_events
     assert counter.record("h", 4) == Progress("h", 4, batches=1, progress_events=3)
 
 
+def test_a_trigger_that_found_input_but_ran_no_batch_is_no_sign_of_life() -> None:
+    counter = reports.ProgressCounter()
+    planned = {**progress(120, "t1", 0, IDLE), "sources": [{"startOffset": {"t": {"0": 5}},
+                                                           "endOffset": {"t": {"0": 9}}}]}
+    idle = {**progress(120, "t2", 0, IDLE), "sources": [{"startOffset": {"t": {"0": 9}},
+                                                        "endOffset": {"t": {"0": 9}}}]}
+    counter.observe([planned], main=True)
+    assert (counter.batches, counter.events) == (0, 0)
+    counter.observe([planned, idle], main=True)
+    assert (counter.batches, counter.events) == (0, 1)
+
+
 def test_input_rows_and_dead_letters_of_the_term_are_counted_for_the_gate() -> None:
     counter = reports.ProgressCounter()
     first = {**progress(0, "t1", 10, RAN), "observedMetrics": {"malformed-src-1": {"malformed": 2}}}

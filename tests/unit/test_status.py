@@ -187,3 +187,18 @@ def test_completed_plan_and_outcomes() -> None:
     assert outcome_of(Step.REJECTED) == "Rejected"
     assert outcome_of(Step.APPLYING) == "InProgress"
     assert outcome_of(Step.FAILED) == "Failed"
+
+
+def test_merge_patch_removes_nested_keys_an_object_no_longer_has() -> None:
+    from sluice.core.status import merge_patch
+
+    old = {"lastUpgrade": {"toHash": "a", "gapSeconds": 1.5, "error": {"class": "X", "step": "p"}},
+           "plan": {"hash": "a"}, "phase": "Running"}
+    new = {"lastUpgrade": {"toHash": "b", "error": {"class": "Y"}}, "plan": {"hash": "a"},
+           "phase": "Upgrading", "rollout": None}
+    assert merge_patch(old, new) == {
+        "lastUpgrade": {"toHash": "b", "gapSeconds": None, "error": {"class": "Y", "step": None}},
+        "phase": "Upgrading",
+    }
+    assert merge_patch({"rollout": {"step": "Verifying"}}, {"rollout": None}) == {"rollout": None}
+    assert merge_patch({}, {"history": [{"a": 1}]}) == {"history": [{"a": 1}]}

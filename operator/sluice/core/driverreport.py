@@ -183,7 +183,11 @@ def error_of(text: str) -> tuple[str, str]:
     named = _ERROR_CLASS.search(text)
     java = _JAVA_CLASS.findall(text)
     error_class = named.group(1) if named else (java[-1].rsplit(".", 1)[-1] if java else "Error")
-    first = next((line.strip() for line in text.splitlines() if line.strip()), "")
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    tag = f"[{named.group(1)}]" if named else None
+    first = next((line for line in lines if tag and tag in line), lines[0] if lines else "")
+    if tag and tag in first:  # from the error class on: the wrappers in front say nothing to a user
+        first = first[first.find(tag):]
     while _CLASS_PREFIX.match(first):
         first = _CLASS_PREFIX.sub("", first, count=1)
     return error_class, first[:MAX_MESSAGE]

@@ -228,6 +228,24 @@ def reduce_status(previous: dict[str, Any] | None, facts: Facts, now: str) -> di
     return {"observedGeneration": gen, "phase": phase, "ready": ready, "conditions": conditions}
 
 
+def merge_patch(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
+    """The JSON merge patch (RFC 7386) that turns ``old`` into ``new`` for the keys of ``new``: an
+    object value is diffed key by key, and a key it no longer has is sent as null (a merge patch
+    of a whole object would keep the keys it leaves out, e.g. the error of an earlier upgrade);
+    other values are sent whole when they differ. A None in ``new`` deletes the key."""
+    patch: dict[str, Any] = {}
+    for key, value in new.items():
+        before = old.get(key)
+        if isinstance(value, dict) and isinstance(before, dict):
+            nested = merge_patch(before, value)
+            nested.update({k: None for k in before if k not in value})
+            if nested:
+                patch[key] = nested
+        elif value != before or (value is None and key in old):
+            patch[key] = value
+    return patch
+
+
 def status_changed(previous: dict[str, Any] | None, new: dict[str, Any]) -> bool:
     """Whether writing ``new`` over ``previous`` would change anything (saves API calls)."""
     previous = previous or {}

@@ -22,6 +22,7 @@ from sluice.core.status import (
     Reason,
     StatusProblem,
     get_condition,
+    merge_patch,
     now_rfc3339,
     phase_transition,
     reduce_status,
@@ -140,7 +141,7 @@ class QueryRun:
         new.update(updates)
         if facts is not None:
             new.update(reduce_status(self.status, facts, self.env.clock()))
-        patch = {k: v for k, v in new.items() if self.status.get(k) != v}
+        patch = merge_patch(self.status, {k: v for k, v in new.items() if self.status.get(k) != v})
         if not patch:
             return False
         self.env.kube.patch_status("StreamingQuery", self.ns, self.name, patch, resource_version)
