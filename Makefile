@@ -16,7 +16,7 @@ $(STAMP): pyproject.toml
 	@touch $(STAMP)
 
 test: install
-	$(BIN)/python -m pytest tests/unit tests/integration tests/e2e
+	$(BIN)/python -m pytest tests/unit tests/integration tests/e2e --durations=30
 
 test-unit: install
 	$(BIN)/python -m pytest tests/unit

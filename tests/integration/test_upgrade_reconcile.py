@@ -272,3 +272,23 @@ def test_the_operator_killed_after_any_write_of_a_rollout_resumes_it(world: Worl
         assert status["observedGeneration"] == 2, f"crash at write {n}"
         assert plan_config_map_of(w, f"q{n}") == status["plan"]["configMap"]
         assert len(w.k.list("Deployment", w.ns, f"sluice.dev/query=q{n}")) == 1
+
+
+def test_a_driver_failing_outside_an_upgrade_is_degraded_with_its_error(world: World) -> None:
+    w, drivers = world, DriverSide(world.k.api, world.ns)
+    w.add_query()
+    reconcile_query(w.env, w.current())
+    pinned = w.status()["plan"]
+    drivers.take_over(pinned["hash"], batches=4)
+    drivers.fail(pinned["hash"], "broker gone", time="2026-01-01T00:00:05Z")  # after the takeover
+    assert reconcile_query(w.env, w.current()) == "Degraded"  # not "Starting"
+    degraded = next(c for c in w.status()["conditions"] if c["type"] == "Degraded")
+    assert degraded["reason"] == "DriverFailed" and "CAST_INVALID_INPUT in step project-1: broker gone" in \
+        degraded["message"]
+    # a driver that took over after the error runs the query again: the problem is history
+    lease = drivers.lease()
+    takeover = json.loads(lease["metadata"]["annotations"]["sluice.dev/last-takeover"])
+    takeover["time"] = "2026-01-01T00:00:09Z"
+    lease["metadata"]["annotations"]["sluice.dev/last-takeover"] = json.dumps(takeover)
+    drivers.k.replace(lease)
+    assert reconcile_query(w.env, w.current()) == "Starting"

@@ -53,7 +53,7 @@ class DriverSide:
         ann[HOLDER_PROGRESS] = Progress(old.plan_hash, old.epoch, batches, batches).to_json()
         self.k.replace(lease)
 
-    def fail(self, plan_hash: str, message: str) -> None:
+    def fail(self, plan_hash: str, message: str, time: str = T_ERROR) -> None:
         """The driver pod of ``plan_hash`` reports that its query terminated with an exception."""
         def pod() -> dict[str, Any] | None:
             selector = f"sluice.dev/query={self.name},sluice.dev/plan-hash={plan_hash[:12]}"
@@ -61,6 +61,6 @@ class DriverSide:
             return pods[0] if pods else None
 
         target = eventually(pod, timeout=60, what=f"a driver pod of plan {plan_hash[:12]}")
-        error = DriverError(plan_hash, "active", "CAST_INVALID_INPUT", message, T_ERROR, step="project-1")
+        error = DriverError(plan_hash, "active", "CAST_INVALID_INPUT", message, time, step="project-1")
         self.k.patch("Pod", self.ns, target["metadata"]["name"],
                        {"metadata": {"annotations": {DRIVER_ERROR: error.to_json()}}})

@@ -28,7 +28,7 @@ from sluice.core.status import (
     reduce_status,
 )
 from sluice.crd.querycluster import QueryClusterSpec
-from sluice.crd.streamingquery import StreamingQuerySpec
+from sluice.crd.streamingquery import StreamingQuerySpec, StreamingQueryStatus
 from sluice.operator.kafka_admin import TopicAdmin, admin_config
 from sluice.operator.kube import Kube
 from sluice.operator.metrics import OperatorMetrics, metrics
@@ -144,6 +144,8 @@ class QueryRun:
         patch = merge_patch(self.status, {k: v for k, v in new.items() if self.status.get(k) != v})
         if not patch:
             return False
+        # the status models are the contract of what is written (a wrong outcome or type raises)
+        StreamingQueryStatus.model_validate({k: v for k, v in new.items() if v is not None})
         self.env.kube.patch_status("StreamingQuery", self.ns, self.name, patch, resource_version)
         transition = phase_transition(self.status, new)
         self.status = {k: v for k, v in new.items() if v is not None}
