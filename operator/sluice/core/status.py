@@ -53,7 +53,6 @@ class EventReason(StrEnum):
     TOPIC_DELETED = "TopicDeleted"
     TOPIC_CLEANUP_FAILED = "TopicCleanupFailed"
     UPGRADE_CLASSIFIED = "UpgradeClassified"
-    UPGRADE_APPLIED = "UpgradeApplied"
     UPGRADE_STARTED = "UpgradeStarted"
     UPGRADE_SUCCEEDED = "UpgradeSucceeded"
     UPGRADE_FAILED = "UpgradeFailed"
