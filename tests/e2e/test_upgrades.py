@@ -21,9 +21,10 @@ from typing import Any
 
 import pytest
 from cluster import E2ECluster
-from test_queries import READY_TIMEOUT, cluster_doc, consume, create_topics, query_doc
+from test_queries import READY_TIMEOUT, cluster_doc, create_topics, query_doc
+from test_standby import assert_exactly_once, events
 
-from tests.support.feed import Feed, exactly_once_message
+from tests.support.feed import Feed
 
 pytestmark = pytest.mark.e2e
 
@@ -70,19 +71,6 @@ def upgrade_ended(cluster: E2ECluster, ns: str, generation: int, *outcomes: str)
 
     return dict(cluster.wait_for(f"the upgrade of generation {generation} to end {outcomes}", ended,
                                  UPGRADE_TIMEOUT))
-
-
-def assert_exactly_once(cluster: E2ECluster, ns: str, out: str, sent: int) -> list[dict[str, Any]]:
-    rows = consume(cluster.bootstrap, out, sent, READY_TIMEOUT, committed=True)
-    problem = exactly_once_message((r["id"] for r in rows), sent)
-    assert problem is None, problem + "\n" + cluster.diagnostics(ns)
-    return rows
-
-
-def events(cluster: E2ECluster, ns: str, reason: str) -> list[dict[str, Any]]:
-    out = cluster.kubectl("get", "events", "-n", ns, "--field-selector", f"reason={reason}", "-o", "json",
-                          check=False)
-    return list(json.loads(out).get("items", [])) if out.strip() else []
 
 
 def test_in_place_upgrades_rollback_never_edits_mid_rollout_and_an_operator_restart(

@@ -31,15 +31,6 @@ WORKLOAD_KINDS = ("ConfigMap", "Deployment", "PersistentVolumeClaim", "Service",
                   "RoleBinding", "PodDisruptionBudget", "Lease")
 
 
-@pytest.fixture(scope="module")
-def crds(kube: Any) -> None:
-    subprocess.run([str(kube.bin_dir / "kubectl"), "apply", "--server-side", "-f", str(REPO / "crds")],
-                   env=kube.env(), check=True, capture_output=True)
-    for crd in ("streamingqueries.sluice.dev", "queryclusters.sluice.dev"):
-        subprocess.run([str(kube.bin_dir / "kubectl"), "wait", "--for=condition=Established",
-                        f"crd/{crd}", "--timeout=60s"], env=kube.env(), check=True, capture_output=True)
-
-
 class OperatorThread:
     def __init__(self, kube: Any, namespace: str, identity: str) -> None:
         from sluice.commands.operator import run_operator

@@ -23,23 +23,12 @@ from tests.support.drivers import DriverSide
 from tests.support.world import (
     SQL,
     World,
-    apply_crds,
     closed_port_address,
     eventually,
     snapshot,
 )
 
 pytestmark = pytest.mark.integration
-
-@pytest.fixture(scope="module")
-def crds(kube: Any) -> None:
-    apply_crds(kube)
-
-
-@pytest.fixture
-def world(kube: Any, namespace: str, kafka: str, crds: None) -> World:
-    return World(kube, namespace, kafka)
-
 
 # --------------------------------------------------------------------------------------------
 # StreamingQuery reconcile

@@ -25,23 +25,13 @@ from sluice.operator.metrics import OperatorMetrics
 from sluice.operator.reconcile import Env, reconcile_query
 
 from tests.support.drivers import T_ERROR, DriverSide
-from tests.support.world import SQL, RecordingKube, World, apply_crds
+from tests.support.world import SQL, RecordingKube, World
 
 pytestmark = pytest.mark.integration
 
 WHERE_SQL = SQL.replace("FROM orders", "FROM orders WHERE amount > 0")
 #: a filter that compiles and fails at run time on a non-numeric string (ANSI cast)
 BAD_SQL = SQL.replace("FROM orders", "FROM orders WHERE CAST(order_id AS INT) > 0")
-
-
-@pytest.fixture(scope="module")
-def crds(kube: Any) -> None:
-    apply_crds(kube)
-
-
-@pytest.fixture
-def world(kube: Any, namespace: str, kafka: str, crds: None) -> World:
-    return World(kube, namespace, kafka)
 
 
 def plan_config_map(w: World) -> str:
