@@ -70,7 +70,7 @@ def apply_crds(kube: Any) -> None:
                    env=kube.env(), check=True, capture_output=True)
     for crd in ("streamingqueries.sluice.dev", "queryclusters.sluice.dev"):
         subprocess.run([str(kube.bin_dir / "kubectl"), "wait", "--for=condition=Established",
-                        f"crd/{crd}", "--timeout=60s"], env=kube.env(), check=True, capture_output=True)
+                        f"crd/{crd}", "--timeout=180s"], env=kube.env(), check=True, capture_output=True)
 
 
 class World:
