@@ -65,8 +65,8 @@ def idle_trigger(progress: Mapping[str, Any]) -> bool:
 
 
 class ProgressCounter:
-    """Counts one term's committed batches (of the main query) and progress events (of every
-    query, idle ones included) from the queries' progress reports; each report is counted once,
+    """Counts one term's committed batches and progress events (batches that ran and idle
+    triggers) of the main query from the queries' progress reports; each report is counted once,
     however often it is seen again in ``recentProgress``. Reports come oldest first with rising
     timestamps (and, for batches that ran, rising batch ids), so only the newest counted one of
     each query is remembered: the memory stays the same over a term of any length."""
@@ -87,7 +87,9 @@ class ProgressCounter:
                 if stamp <= self._last_event.get(query, ""):
                     continue  # seen before (ISO timestamps of one format compare as text)
                 self._last_event[query] = stamp
-                if ran_a_batch(p) or idle_trigger(p):
+                # only the main query's: a dead-letter query runs its batches (it reads the same
+                # source) while a main query that cannot process its input fails every one
+                if main and (ran_a_batch(p) or idle_trigger(p)):
                     self._events += 1
                 batch = int(p.get("batchId", -1))
                 if main and ran_a_batch(p) and batch > self._last_batch:
