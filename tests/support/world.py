@@ -66,11 +66,18 @@ class RecordingKube(Kube):
 
 
 def apply_crds(kube: Any) -> None:
-    subprocess.run([str(kube.bin_dir / "kubectl"), "apply", "--server-side", "-f", str(REPO / "crds")],
-                   env=kube.env(), check=True, capture_output=True)
-    for crd in ("streamingqueries.sluice.dev", "queryclusters.sluice.dev"):
-        subprocess.run([str(kube.bin_dir / "kubectl"), "wait", "--for=condition=Established",
-                        f"crd/{crd}", "--timeout=180s"], env=kube.env(), check=True, capture_output=True)
+    """Apply the CRDs server-side and wait until they are Established (a just-started API server
+    may refuse the first attempts: retried for up to 3 minutes)."""
+    def attempt() -> bool:
+        subprocess.run([str(kube.bin_dir / "kubectl"), "apply", "--server-side", "-f", str(REPO / "crds")],
+                       env=kube.env(), check=True, capture_output=True)
+        for crd in ("streamingqueries.sluice.dev", "queryclusters.sluice.dev"):
+            subprocess.run([str(kube.bin_dir / "kubectl"), "wait", "--for=condition=Established",
+                            f"crd/{crd}", "--timeout=60s"], env=kube.env(), check=True, capture_output=True)
+        return True
+
+    waiting.eventually(attempt, what="the CRDs applied and Established", timeout=180, interval=2,
+                       retry_on=subprocess.CalledProcessError)
 
 
 class World:
