@@ -25,7 +25,7 @@ from enum import StrEnum
 from typing import Any
 
 from sluice.core.driverreport import DRIVER_ERROR, HOLDER_PROGRESS, DriverError, Progress
-from sluice.core.election import LeaseRecord
+from sluice.core.election import HOLDER_PLAN, LAST_TAKEOVER, LeaseRecord, Takeover
 
 PLAN_LABEL = "sluice.dev/plan-hash"
 #: restarts of a target-plan driver container that count as a crash loop
@@ -98,18 +98,9 @@ def target_progress(record: LeaseRecord | None, plan_hash: str, start_epoch: int
     return progress
 
 
-def dead_letter_ratio(record: LeaseRecord | None) -> float | None:
-    """The share of input rows the holder sent to the dead-letter topic this term, if reported."""
-    import json
-
-    if record is None:
-        return None
-    try:
-        data = json.loads(record.annotations.get(HOLDER_PROGRESS) or "{}")
-        rows, dead = int(data.get("inputRows") or 0), int(data.get("deadLetters") or 0)
-    except (TypeError, ValueError):
-        return None
-    return dead / rows if rows > 0 else None
+def dead_letter_ratio(progress: Progress) -> float | None:
+    """The share of its input rows the holder sent to the dead-letter topic this term, if any."""
+    return progress.dead_letters / progress.input_rows if progress.input_rows > 0 else None
 
 
 def evaluate(
@@ -145,7 +136,7 @@ def evaluate(
         return GateResult(Verdict.FAIL, f"the driver pod {name} on plan {plan_hash[:12]} restarted "
                           f"{restarts(looping[0])} times", None, progress)
     if progress is not None and max_dead_letter_ratio is not None:
-        ratio = dead_letter_ratio(record)
+        ratio = dead_letter_ratio(progress)
         if ratio is not None and ratio > max_dead_letter_ratio:
             return GateResult(Verdict.FAIL, f"{ratio:.1%} of the input went to the dead-letter topic "
                               f"(at most {max_dead_letter_ratio:.1%} allowed)", None, progress)
@@ -160,7 +151,7 @@ def evaluate(
         return GateResult(Verdict.FAIL, f"the driver on plan {plan_hash[:12]} showed {seen} within "
                           f"{timeout:.0f}s (needs {batches_needed})", None, progress)
     if progress is None:
-        holder_plan = (record.annotations.get("sluice.dev/holder-plan-hash", "") if record else "")[:12]
+        holder_plan = (record.annotations.get(HOLDER_PLAN, "") if record else "")[:12]
         where = f"the active driver runs plan {holder_plan}" if holder_plan else "no driver holds the Lease"
         return GateResult(Verdict.WAIT, f"waiting for the driver on plan {plan_hash[:12]} to take over "
                           f"({where})", None, None)
@@ -176,8 +167,6 @@ def driver_problem(record: LeaseRecord | None, pods: list[dict[str, Any]], plan_
     driver that failed and now runs again (or a standby that took over) clears it."""
     if active_ready:
         return None
-    from sluice.core.election import LAST_TAKEOVER, Takeover
-
     last = Takeover.from_json(record.annotations.get(LAST_TAKEOVER)) if record is not None else None
     # an error older than the last takeover was followed by a driver that ran again: not current
     errors = driver_errors(pods, plan_hash, parse_time(last.time) if last is not None else None)

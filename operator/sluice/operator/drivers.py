@@ -69,12 +69,12 @@ def _problem_now(status: dict[str, Any], record: election.LeaseRecord | None, po
     return StatusProblem(Reason.DRIVER_FAILED, message) if message else None
 
 
-def refresh_readiness(env: Env, body: dict[str, Any], driver_ready: bool,
-                      updates: dict[str, Any] | None = None,
-                      problem: StatusProblem | bool | None = False) -> bool:
+def refresh_readiness(env: Env, body: dict[str, Any], driver_ready: bool, updates: dict[str, Any],
+                      problem: StatusProblem | None) -> bool:
     """Recompute the conditions of a query whose active driver's readiness (or ``updates``, e.g.
-    ``drivers``) changed, keeping a standing problem and the observed generation; returns whether
-    the status was written (only if the query is still at the ``resourceVersion`` of ``body``)."""
+    ``drivers``) changed, with ``problem`` (see ``_problem_now``) and the observed generation;
+    returns whether the status was written (only if the query is still at the ``resourceVersion``
+    of ``body``)."""
     run = QueryRun(env, body, dict(body.get("status") or {}))
     if body["metadata"].get("deletionTimestamp") or not run.status.get("plan"):
         return False
@@ -82,11 +82,9 @@ def refresh_readiness(env: Env, body: dict[str, Any], driver_ready: bool,
         spec = StreamingQuerySpec.model_validate(body.get("spec") or {})
     except ValidationError:
         return False
-    current = _current_problem(run.status) if problem is False else problem
-    facts = _facts(run, spec, problem=current if isinstance(current, StatusProblem) else None,
-                   driver_ready=driver_ready)
+    facts = _facts(run, spec, problem=problem, driver_ready=driver_ready)
     facts = Facts(**{**facts.__dict__, "generation": run.status.get("observedGeneration")})
-    return run.write(updates or {}, facts, resource_version=body["metadata"].get("resourceVersion"))
+    return run.write(updates, facts, resource_version=body["metadata"].get("resourceVersion"))
 
 
 def refresh_drivers(env: Env, namespace: str, query: str, lease: dict[str, Any] | None = None) -> None:
