@@ -149,6 +149,34 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))]
 
 
+def measure_event(p: Platform, watcher: Watcher, ns: str, name: str, before: str | None,
+                  t0: float) -> tuple[float, dict[str, Any]]:
+    """Wait for the new driver's takeover record (its first commit) after the event at ``t0``,
+    let output flow again, and return the output gap and the takeover record."""
+    def recorded() -> dict[str, Any] | None:
+        g = p.lease_gap(ns, name)
+        return g if g.get("time") != before and g.get("gapSeconds") is not None else None
+
+    runtime_gap = eventually(recorded, what="the takeover gap", timeout=300, interval=0.5)
+    time.sleep(8)  # output flowing again
+    return watcher.gap_between(t0, time.monotonic()), runtime_gap
+
+
+def print_summary(results: dict[str, list[tuple[float, float | None]]], width: int) -> dict[str, float]:
+    """p50/p95 of the output gap and of the runtime's gap per kind of event; the p50s by kind."""
+    print(f"\n{'event':{width}s} {'n':>3s} {'p50':>7s} {'p95':>7s}   runtime gap p50 / p95")
+    summary: dict[str, float] = {}
+    for kind, rows in results.items():
+        gaps = [g for g, _ in rows]
+        rts = [r for _, r in rows if r is not None]
+        summary[kind] = statistics.median(gaps)
+        rt50 = statistics.median(rts) if rts else float("nan")
+        rt95 = percentile(rts, 0.95) if rts else float("nan")
+        print(f"{kind:{width}s} {len(gaps):3d} {summary[kind]:6.2f}s {percentile(gaps, 0.95):6.2f}s   "
+              f"{rt50:.2f}s / {rt95:.2f}s")
+    return summary
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--events", type=int, default=5)
@@ -204,25 +232,14 @@ def main() -> int:
                           json.dumps({"spec": {"restartNonce": f"r{round_}"}}))
             # the event ends when the new driver recorded its first commit (a roll first waits for
             # the replacement to warm up, while the old driver keeps serving)
-            runtime_gap = eventually(lambda n=name, b=before: (
-                (g := p.lease_gap(ns, n)).get("time") != b and g.get("gapSeconds") is not None and g),
-                what="the takeover gap", timeout=300, interval=0.5)
-            time.sleep(8)  # output flowing again
-            gap = watchers[name].gap_between(t0, time.monotonic())
+            gap, runtime_gap = measure_event(p, watchers[name], ns, name, before, t0)
             results[kind].append((gap, runtime_gap.get("gapSeconds")))
             print(f"round {round_ + 1} {kind:13s} output gap {gap:6.2f}s  runtime gap "
                   f"{runtime_gap.get('gapSeconds')}s ({runtime_gap.get('reason')})", flush=True)
     for name, w in watchers.items():
         sent, lost, dup = w.stop()
         print(f"query {name}: {sent} records sent, {lost} lost, {dup} duplicated (read_committed)")
-    print(f"\n{'event':13s} {'n':>3s} {'p50':>7s} {'p95':>7s}   runtime gap p50")
-    summary: dict[str, float] = {}
-    for kind, rows in results.items():
-        gaps = [g for g, _ in rows]
-        rts = [r for _, r in rows if r is not None]
-        summary[kind] = statistics.median(gaps)
-        print(f"{kind:13s} {len(gaps):3d} {statistics.median(gaps):6.2f}s {percentile(gaps, 0.95):6.2f}s   "
-              f"{statistics.median(rts) if rts else float('nan'):.2f}s")
+    summary = print_summary(results, 13)
     if "kill-standby" in summary and "kill-cold" in summary:
         ratio = summary["kill-standby"] / summary["kill-cold"]
         print(f"fail-over with a standby vs a cold restart: {ratio:.2f}")

@@ -28,7 +28,6 @@ import argparse
 import json
 import os
 import signal
-import statistics
 import sys
 import time
 import uuid
@@ -41,7 +40,7 @@ for path in (str(REPO), str(BENCH)):
     if path not in sys.path:  # run as a script: shared helpers in tests.support and bench_failover
         sys.path.insert(0, path)
 
-from bench_failover import Platform, Watcher, percentile, query_doc, ready  # noqa: E402
+from bench_failover import Platform, Watcher, measure_event, print_summary, query_doc, ready  # noqa: E402
 
 from tests.support.waiting import eventually  # noqa: E402
 
@@ -111,27 +110,14 @@ def main() -> int:
                 assert pod is not None
                 pid = int(pod["status"]["containerStatuses"][0]["containerID"].removeprefix("sluice://"))
                 os.killpg(pid, signal.SIGTERM)
-            runtime_gap = eventually(lambda n=name, b=before: (
-                (g := p.lease_gap(ns, n)).get("time") != b and g.get("gapSeconds") is not None and g),
-                what="the takeover gap", timeout=300, interval=0.5)
-            time.sleep(8)  # output flowing again
-            gap = watchers[name].gap_between(t0, time.monotonic())
+            gap, runtime_gap = measure_event(p, watchers[name], ns, name, before, t0)
             results[kind].append((gap, runtime_gap.get("gapSeconds")))
             print(f"round {round_ + 1} {kind:8s} output gap {gap:6.2f}s  runtime gap "
                   f"{runtime_gap.get('gapSeconds')}s ({runtime_gap.get('reason')})", flush=True)
     for name, w in watchers.items():
         sent, lost, dup = w.stop()
         print(f"query {name}: {sent} records sent, {lost} lost, {dup} duplicated (read_committed)")
-    print(f"\n{'event':8s} {'n':>3s} {'p50':>7s} {'p95':>7s}   runtime gap p50 / p95")
-    summary: dict[str, float] = {}
-    for kind, rows in results.items():
-        gaps = [g for g, _ in rows]
-        rts = [r for _, r in rows if r is not None]
-        summary[kind] = statistics.median(gaps)
-        rt50 = statistics.median(rts) if rts else float("nan")
-        rt95 = percentile(rts, 0.95) if rts else float("nan")
-        print(f"{kind:8s} {len(gaps):3d} {statistics.median(gaps):6.2f}s {percentile(gaps, 0.95):6.2f}s   "
-              f"{rt50:.2f}s / {rt95:.2f}s")
+    summary = print_summary(results, 8)
     ratio = summary["upgrade"] / summary["restart"]
     print(f"in-place upgrade (warm hand-off) vs stop-and-start: {ratio:.2f}")
     p.kubectl("delete", "namespace", ns, "--wait=false")
