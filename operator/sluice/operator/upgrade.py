@@ -8,6 +8,7 @@ whether the active driver is ready. Decisions are pure (``sluice.core.rollout``,
 
 from __future__ import annotations
 
+import datetime as dt
 import logging
 from typing import Any
 
@@ -76,17 +77,11 @@ def switch(run: QueryRun, ctx: QueryContext, rollout: dict[str, Any]) -> bool:
 def verify(run: QueryRun, ctx: QueryContext, rollout: dict[str, Any], policy: UpgradePolicy) -> bool:
     """Verifying: evaluate the gate of the target plan; succeed, wait, or fail (roll back / stop)."""
     ready = _converge(run, ctx, rollout["targetHash"], rollout["targetConfigMap"])
-    record = read_lease(run, ctx)
-    pods = driver_pods(run, ctx)
-    now = run.env.clock()
-    result = gate.evaluate(
-        plan_hash=rollout["targetHash"], start_epoch=int(rollout.get("startEpoch") or 0),
-        started=gate.parse_time(rollout.get("gateStarted") or rollout["started"]) or gate.parse_time(now),  # type: ignore[arg-type]
-        now=gate.parse_time(now),  # type: ignore[arg-type]
-        record=record, pods=pods, batches_needed=policy.health_batches,
-        timeout=float(policy.health_timeout_seconds), max_dead_letter_ratio=policy.max_dead_letter_ratio,
-        errors_since=gate.parse_time(rollout["started"]),
-    )
+    result, record = _evaluate(run, ctx, rollout, policy, plan_hash=rollout["targetHash"],
+                               start_epoch=rollout.get("startEpoch"),
+                               started=rollout.get("gateStarted") or rollout["started"],
+                               batches_needed=policy.health_batches,
+                               max_dead_letter_ratio=policy.max_dead_letter_ratio)
     if result.verdict == gate.Verdict.WAIT:
         if rollout.get("message") != result.message:
             run.write({"rollout": {**rollout, "message": result.message}})
@@ -94,6 +89,22 @@ def verify(run: QueryRun, ctx: QueryContext, rollout: dict[str, Any], policy: Up
     if result.verdict == gate.Verdict.PASS:
         return _succeeded(run, ctx, rollout, record, result, ready)
     return _gate_failed(run, ctx, rollout, policy, record, result)
+
+
+def _evaluate(run: QueryRun, ctx: QueryContext, rollout: dict[str, Any], policy: UpgradePolicy, *,
+              plan_hash: str, start_epoch: int | None, started: str | None, batches_needed: int,
+              max_dead_letter_ratio: float | None = None) -> tuple[gate.GateResult, LeaseRecord | None]:
+    """The gate of ``plan_hash`` now, from the Lease and the driver pods; the deadline counts from
+    ``started``, errors from the rollout's start. Returns the Lease record read as well."""
+    now = gate.parse_time(run.env.clock()) or dt.datetime.now(dt.UTC)
+    record = read_lease(run, ctx)
+    result = gate.evaluate(
+        plan_hash=plan_hash, start_epoch=int(start_epoch or 0), started=gate.parse_time(started) or now,
+        now=now, record=record, pods=driver_pods(run, ctx), batches_needed=batches_needed,
+        timeout=float(policy.health_timeout_seconds), max_dead_letter_ratio=max_dead_letter_ratio,
+        errors_since=gate.parse_time(rollout["started"]),
+    )
+    return result, record
 
 
 def _takeover_gap(record: LeaseRecord | None, plan_hash: str) -> float | None:
@@ -202,16 +213,10 @@ def roll_back(run: QueryRun, ctx: QueryContext, rollout: dict[str, Any]) -> bool
     if info.get("mode") == RESTORE:
         _request_restore(run, ctx, rollout, stable["hash"], int(info["restoreEpoch"]))
     ready = _converge(run, ctx, stable["hash"], stable["configMap"])
-    record = read_lease(run, ctx)
-    policy = ctx.spec.upgrade or ctx.cluster.upgrade
+    result, _ = _evaluate(run, ctx, rollout, ctx.spec.upgrade or ctx.cluster.upgrade,
+                          plan_hash=stable["hash"], start_epoch=info.get("startEpoch"),
+                          started=info.get("started"), batches_needed=ROLLBACK_BATCHES)
     now = run.env.clock()
-    result = gate.evaluate(
-        plan_hash=stable["hash"], start_epoch=int(info.get("startEpoch") or 0),
-        started=gate.parse_time(info.get("started")) or gate.parse_time(now),  # type: ignore[arg-type]
-        now=gate.parse_time(now),  # type: ignore[arg-type]
-        record=record, pods=driver_pods(run, ctx), batches_needed=ROLLBACK_BATCHES,
-        timeout=float(policy.health_timeout_seconds), errors_since=gate.parse_time(rollout["started"]),
-    )
     if result.verdict == gate.Verdict.WAIT:
         return False
     cancelled = bool(info.get("cancelled"))
