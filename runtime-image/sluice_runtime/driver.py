@@ -272,7 +272,7 @@ def run_elected(
         try:
             prepared = prepare_pipeline(
                 spark, plan, bootstrap=config.bootstrap, query_id=query_id, security=config.kafka,
-                consumer_group=config.consumer_group, warm_up=True,
+                consumer_group=config.consumer_group, warm_up="plan",
             )
         except Exception as exc:
             reports.report_exception(api, config.lease_namespace, pod, plan, state.plan_hash, reports.WARM_UP,

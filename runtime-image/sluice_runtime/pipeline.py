@@ -14,7 +14,6 @@ records to the dead-letter topic, checkpointed under ``<checkpoint>/dlq/<source 
 from __future__ import annotations
 
 import logging
-import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -22,9 +21,10 @@ from sluice.core.plan.model import KafkaSinkV1, Plan
 
 from sluice_runtime import kafka_admin
 from sluice_runtime.drain import BatchGate, Drainable
+from sluice_runtime.frames import build_frames, query_name
 from sluice_runtime.kafka_security import KafkaSecurity
 from sluice_runtime.sink_exactly_once import TransactionalSink
-from sluice_runtime.steps import BuildContext, builder_for
+from sluice_runtime.steps import BuildContext
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -59,33 +59,6 @@ class Pipeline:
         return [self.main, *self.dead_letter.values()]
 
 
-def query_name(query_id: str, suffix: str = "") -> str:
-    base = re.sub(r"[^A-Za-z0-9_.-]", "_", query_id)
-    return f"sluice-{base}{suffix}"
-
-
-def build_frames(plan: Plan, ctx: BuildContext) -> dict[str, DataFrame]:
-    """Build every step's DataFrame, inputs first (the plan is a DAG)."""
-    frames: dict[str, DataFrame] = {}
-    visiting: set[str] = set()
-
-    def visit(step_id: str) -> DataFrame:
-        if step_id in frames:
-            return frames[step_id]
-        if step_id in visiting:
-            raise ValueError(f"plan has a cycle through step {step_id!r}")
-        visiting.add(step_id)
-        step = plan.step(step_id)
-        inputs = [visit(i) for i in step.inputs]
-        frames[step_id] = builder_for(step.type)(step, inputs, ctx)
-        visiting.discard(step_id)
-        return frames[step_id]
-
-    for step in plan.steps:
-        visit(step.id)
-    return frames
-
-
 def _trigger(writer: Any, sink: KafkaSinkV1, available_now: bool) -> Any:
     if available_now:
         return writer.trigger(availableNow=True)
@@ -105,6 +78,12 @@ class Prepared:
     query_id: str
 
 
+#: how a standby warms up before it waits: ``none`` (DataFrames analysed), ``generic`` (plus a
+#: small batch job), ``plan`` (plus the plan itself over the tail of its sources, see
+#: :mod:`sluice_runtime.warmup`)
+WARM_UP_MODES = ("none", "generic", "plan")
+
+
 def prepare_pipeline(
     spark: SparkSession,
     plan: Plan,
@@ -113,11 +92,13 @@ def prepare_pipeline(
     query_id: str,
     security: KafkaSecurity | None = None,
     consumer_group: str | None = None,
-    warm_up: bool = False,
+    warm_up: str = "none",
 ) -> Prepared:
     """Build every step's DataFrame (Spark analyses each as it is built) and make sure the sink
-    and dead-letter topics exist. ``warm_up``: also run a small batch job, so the first
-    micro-batch after a takeover finds the task scheduler, shuffle and code generation warm."""
+    and dead-letter topics exist; then warm up as ``warm_up`` says (:data:`WARM_UP_MODES`), so
+    that the first micro-batch after a takeover finds the JVM warm."""
+    if warm_up not in WARM_UP_MODES:
+        raise ValueError(f"warm_up: {warm_up!r} is not one of {', '.join(WARM_UP_MODES)}")
     ctx = BuildContext(
         spark=spark, plan=plan, bootstrap=bootstrap, query_id=query_id, security=security or KafkaSecurity(),
         consumer_group=consumer_group,
@@ -126,10 +107,15 @@ def prepare_pipeline(
     kafka_admin.ensure_topics(
         bootstrap, [plan.sink.topic, *(r.topic for r in ctx.dead_letters)], security=ctx.security
     )
-    if warm_up:
+    if warm_up != "none":
         frames[plan.sink.id].schema  # noqa: B018 (analysis of the whole DAG)
+    if warm_up == "generic":
         warm = spark.range(0, 20000, numPartitions=2)
         warm.selectExpr("id % 97 AS k", "to_json(named_struct('v', id)) AS j").groupBy("k").count().collect()
+    elif warm_up == "plan":
+        from sluice_runtime.warmup import warm_up_plan
+
+        log.info("warm-up on the plan: %.1fs", warm_up_plan(spark, plan, ctx))
     return Prepared(plan=plan, ctx=ctx, frames=frames, query_id=query_id)
 
 
@@ -163,8 +149,9 @@ def start_pipeline(
     transactional_id: str | None = None,
     gate: BatchGate | None = None,
 ) -> Pipeline:
-    """Start a prepared pipeline on ``checkpoint`` (the exactly-once producer is initialised
-    first: that fences every older driver of the same transactional id)."""
+    """Start a prepared pipeline on ``checkpoint``. The exactly-once producer is initialised while
+    the queries start (that fences every older driver of the same transactional id), and before
+    the first write."""
     plan, ctx, frames, query_id = prepared.plan, prepared.ctx, prepared.frames, prepared.query_id
     bootstrap, security, consumer_group = ctx.bootstrap, ctx.security, ctx.consumer_group
     sink = plan.sink
@@ -184,7 +171,7 @@ def start_pipeline(
             bootstrap=bootstrap, topic=sink.topic, query_id=query_id, checkpoint=checkpoint,
             security=security, transactional_id=transactional_id, consumer_group=consumer_group,
         )
-        eos.init()  # fence older drivers of this query identity right away
+        eos.start()  # fences older drivers of this query identity (before the first write)
         write_main = eos.write_batch
     else:
         write_main = alo_writer(sink.topic)

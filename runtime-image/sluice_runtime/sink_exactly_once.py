@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -83,6 +84,10 @@ class TransactionalSink:
         self.last_committed: int | None = None
         self.fenced = False
         self.skipped: list[int] = []
+        self._starting: threading.Thread | None = None
+        self._start_error: BaseException | None = None
+        #: seconds the last batch spent reading its rows from Spark, and producing and committing
+        self.last_timings: dict[str, float] = {}
 
     # -- lifecycle -------------------------------------------------------------------------
     def init(self) -> None:
@@ -100,6 +105,31 @@ class TransactionalSink:
         self._producer = Producer(conf)
         self._producer.init_transactions(30)
         log.info("exactly-once sink: initialised transactional.id %s", conf["transactional.id"])
+
+    def start(self) -> None:
+        """:meth:`init` (and the marker read, when the checkpoint exists) in the background, while
+        the query starts; the first write waits for it. Nothing is written before it is done, so
+        an older driver is fenced before this one's first transaction, as with :meth:`init`."""
+        def run() -> None:
+            try:
+                self.init()
+                if (Path(self.checkpoint) / "metadata").is_file():
+                    self._ensure_marker()
+            except BaseException as exc:  # re-raised by the first write
+                self._start_error = exc
+
+        self._starting = threading.Thread(target=run, name="eos-sink-start", daemon=True)
+        self._starting.start()
+
+    def _await_start(self) -> None:
+        if self._starting is None:
+            return
+        self._starting.join()
+        self._starting = None
+        if self._start_error is not None:
+            error, self._start_error = self._start_error, None
+            self._producer = self._consumer = None
+            raise error
 
     def _ensure_marker(self) -> None:
         if self._consumer is not None:
@@ -140,6 +170,9 @@ class TransactionalSink:
         raise AssertionError("unreachable")
 
     def close(self) -> None:
+        if self._starting is not None:
+            self._starting.join()
+            self._starting = None
         if self._consumer is not None:
             self._consumer.close()
             self._consumer = None
@@ -154,14 +187,19 @@ class TransactionalSink:
     # -- writing ---------------------------------------------------------------------------
     def write_batch(self, frame: DataFrame, batch_id: int) -> bool:
         """Write an encoded (key, value) frame; False when the batch was already committed."""
-        rows = ((r["key"], r["value"]) for r in frame.toLocalIterator())
-        return self.write_rows(rows, batch_id)
+        started = time.monotonic()
+        rows = [(r["key"], r["value"]) for r in frame.collect()]
+        read = time.monotonic() - started
+        written = self.write_rows(rows, batch_id)
+        self.last_timings = {"rows": read, "write": time.monotonic() - started - read}
+        return written
 
     def write_rows(self, rows: Any, batch_id: int) -> bool:
         from confluent_kafka import KafkaException, TopicPartition
 
         if self.fenced:
             raise FencedError(f"query {self.query_id}: producer fenced by a newer driver")
+        self._await_start()
         if self._producer is None:
             self.init()
         self._ensure_marker()

@@ -34,6 +34,10 @@ class BuildContext:
     dead_letters: list[DeadLetterRoute] = field(default_factory=list)
     #: names of ``observe()`` metrics registered by steps (source id -> observation name)
     observations: dict[str, str] = field(default_factory=dict)
+    #: a warm-up run's start offsets per topic (Spark's ``startingOffsets`` JSON), replacing the
+    #: plan's own: the warm-up reads only the last records of each source (``latest`` for a topic
+    #: it has none for)
+    warm_offsets: dict[str, str] | None = None
 
     def kafka_options(self) -> dict[str, str]:
         """Kafka client options for Spark's connector (``kafka.``-prefixed), source and sink."""

@@ -19,7 +19,9 @@ if TYPE_CHECKING:
 
 def read_kafka(step: KafkaSourceV1, ctx: BuildContext) -> DataFrame:
     reader = ctx.spark.readStream.format("kafka").options(**ctx.source_options())
-    reader = reader.option("subscribe", step.topic).option("startingOffsets", step.starting_offsets)
+    warm = ctx.warm_offsets
+    starting = step.starting_offsets if warm is None else warm.get(step.topic, "latest")
+    reader = reader.option("subscribe", step.topic).option("startingOffsets", starting)
     reader = reader.option("failOnDataLoss", "false")
     if step.max_offsets_per_trigger is not None:
         reader = reader.option("maxOffsetsPerTrigger", str(step.max_offsets_per_trigger))

@@ -1,0 +1,131 @@
+"""Warming a standby up on its own plan, so that its first micro-batch after a takeover is fast.
+
+The first micro-batch of a freshly started JVM pays for everything loaded or compiled on first use:
+the Kafka source and its consumer, the streaming engine, the plan's generated code (Spark caches
+compiled classes by their source text, so only the same plan hits the cache), the state store
+provider, the ``foreachBatch`` callback server. A generic batch job warms little of that. Here the
+standby runs **the plan itself** once, before it waits for the Lease:
+
+* the plan's DataFrames are built a second time with the sources starting at the last
+  ``records`` offsets of each partition (:func:`tail_offsets`), nothing before;
+* the query runs with ``availableNow`` on a scratch checkpoint in the temporary directory (never
+  the query's checkpoint, never its consumer group's offsets: Spark's source commits none);
+* its output is read the way the sink reads it, and dropped: nothing is produced, no transaction
+  is started, no producer fenced; dead-letter routes run the same way.
+
+Best effort: a warm-up that fails or outlasts ``timeout`` is logged and stopped; the standby is
+then as warm as it got (a plan that cannot run fails again, and is reported, when it starts).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+import tempfile
+import time
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
+
+from sluice.core.plan.model import KafkaSourceV1, Plan
+
+from sluice_runtime.frames import build_frames, query_name
+from sluice_runtime.kafka_security import KafkaSecurity, librdkafka_config
+from sluice_runtime.steps import BuildContext
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+log = logging.getLogger(__name__)
+
+#: records per source partition the warm-up reads
+WARM_RECORDS = 100
+WARM_TIMEOUT = 120.0
+
+
+def starting_offsets(topic: str, watermarks: dict[int, tuple[int, int]], records: int) -> str:
+    """Spark's ``startingOffsets`` JSON for the last ``records`` of every partition of ``topic``
+    (``watermarks``: partition -> (low, high))."""
+    offsets = {str(p): max(low, high - records) for p, (low, high) in sorted(watermarks.items())}
+    return json.dumps({topic: offsets})
+
+
+def tail_offsets(bootstrap: str, security: KafkaSecurity, topics: Iterable[str], records: int = WARM_RECORDS,
+                 timeout: float = 10.0) -> dict[str, str]:
+    """``startingOffsets`` per topic: the last ``records`` offsets of each partition."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumer = Consumer({**librdkafka_config(bootstrap, security), "group.id": "sluice-warm-up",
+                         "enable.auto.commit": False})
+    try:
+        out: dict[str, str] = {}
+        for topic in sorted(set(topics)):
+            meta = consumer.list_topics(topic, timeout=timeout).topics.get(topic)
+            if meta is None or meta.error is not None or not meta.partitions:
+                continue
+            marks = {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=timeout)
+                     for p in meta.partitions}
+            out[topic] = starting_offsets(topic, marks, records)
+        return out
+    finally:
+        consumer.close()
+
+
+def drain_rows(frame: DataFrame) -> int:
+    """Read a batch's rows into Python as the exactly-once sink does, and drop them."""
+    return len(frame.collect())
+
+
+def warm_up_plan(spark: SparkSession, plan: Plan, ctx: BuildContext, *,
+                 timeout: float = WARM_TIMEOUT) -> float:
+    """Run ``plan`` once over the tail of its sources on a scratch checkpoint (see the module);
+    return the seconds it took."""
+    started = time.monotonic()
+    topics = [step.topic for step in plan.steps if isinstance(step, KafkaSourceV1)]
+    scratch = tempfile.mkdtemp(prefix="sluice-warm-up-")
+    queries: list[Any] = []
+    try:
+        warm_ctx = BuildContext(spark=spark, plan=plan, bootstrap=ctx.bootstrap, query_id=ctx.query_id,
+                                security=ctx.security, consumer_group=ctx.consumer_group,
+                                warm_offsets=tail_offsets(ctx.bootstrap, ctx.security, topics))
+        frames = build_frames(plan, warm_ctx)
+        sink = plan.sink
+
+        def consume(frame: DataFrame, batch_id: int) -> None:
+            del batch_id
+            if sink.delivery == "exactlyOnce":
+                drain_rows(frame)
+            else:
+                frame.write.format("noop").mode("overwrite").save()
+
+        def noop(frame: DataFrame, batch_id: int) -> None:
+            del batch_id
+            frame.write.format("noop").mode("overwrite").save()
+
+        writer = (frames[sink.id].writeStream.queryName(query_name(ctx.query_id, "-warm-up"))
+                  .outputMode(sink.output_mode).option("checkpointLocation", f"{scratch}/main")
+                  .foreachBatch(consume).trigger(availableNow=True))
+        queries.append(writer.start())
+        for route in warm_ctx.dead_letters:
+            name = query_name(ctx.query_id, f"-warm-up-dlq-{route.source_id}")
+            w = (route.frame.writeStream.queryName(name)
+                 .option("checkpointLocation", f"{scratch}/dlq-{route.source_id}")
+                 .foreachBatch(noop).trigger(availableNow=True))
+            queries.append(w.start())
+        deadline = started + timeout
+        for q in queries:
+            q.awaitTermination(max(0.1, deadline - time.monotonic()))
+        for q in queries:
+            if q.exception() is not None:
+                log.warning("warm-up: query %s failed: %s", q.name, q.exception())
+    except Exception as exc:
+        log.warning("warm-up on the plan failed (the standby is less warm): %s", exc)
+    finally:
+        for q in queries:
+            try:
+                if q.isActive:
+                    q.stop()
+            except Exception as exc:  # stopping a failed query
+                log.debug("warm-up: stop: %s", exc)
+        shutil.rmtree(scratch, ignore_errors=True)
+    return time.monotonic() - started
