@@ -9,7 +9,10 @@ successive takeovers):
 * ``none``: the pipeline's DataFrames analysed, nothing run;
 * ``generic``: plus a small batch job (what standbys did up to now);
 * ``plan``: plus the plan itself run once on a scratch checkpoint over the last records of its
-  sources, its output collected and dropped (``pipeline.warm_up_plan``).
+  sources, its output read and dropped (``sluice_runtime.warmup``).
+
+``MODE:POLICY`` runs a mode with the source's malformed policy set to ``POLICY`` (default
+``deadLetter``, which adds a dead-letter query; ``skip`` has none), e.g. ``plan:skip``.
 
 Input flows at ``--rate`` records/s into an exactly-once query (the benches' ``SELECT id, k``).
 Prints, per run, the time from ``start`` to the first committed batch and Spark's durationMs of
@@ -44,6 +47,7 @@ SPEC = """  sources:
     - name: events
       topic: {src}
       schema: [{{name: id, type: int}}, {{name: k, type: string}}]
+      malformed: {{policy: {malformed}}}
   sql: {sql}
   sink: {{topic: {out}, outputMode: {mode}, delivery: exactlyOnce}}
   trigger: {{processingTime: 1 second}}
@@ -54,11 +58,11 @@ QUERIES = {
 }
 
 
-def plan_for(src: str, out: str, query: str) -> Any:
+def plan_for(src: str, out: str, query: str, malformed: str = "deadLetter") -> Any:
     from tests.support.runtime import plan_from_yaml
 
     sql, mode = QUERIES[query]
-    return plan_from_yaml(SPEC.format(src=src, out=out, sql=sql, mode=mode))
+    return plan_from_yaml(SPEC.format(src=src, out=out, sql=sql, mode=mode, malformed=malformed))
 
 
 def child(args: argparse.Namespace) -> int:
@@ -67,12 +71,13 @@ def child(args: argparse.Namespace) -> int:
     from sluice_runtime.pipeline import prepare_pipeline, start_pipeline
     from sluice_runtime.session import create_spark
 
-    plan = plan_for(args.src, args.out, args.query)
+    warm_up, _, malformed = args.mode.partition(":")
+    plan = plan_for(args.src, args.out, args.query, malformed or "deadLetter")
     jars = json.loads(args.jars)
     spark = create_spark(plan, "local[2]", {"spark.sql.shuffle.partitions": "2"}, jars, own_session=True)
     t = time.monotonic()
     prepared = prepare_pipeline(spark, plan, bootstrap=args.bootstrap, query_id=args.query_id,
-                                warm_up=args.mode)
+                                warm_up=warm_up)
     warm = time.monotonic() - t
     time.sleep(2)
     checkpoint = Path(args.checkpoint)

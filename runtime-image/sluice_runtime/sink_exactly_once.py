@@ -86,7 +86,8 @@ class TransactionalSink:
         self.skipped: list[int] = []
         self._starting: threading.Thread | None = None
         self._start_error: BaseException | None = None
-        #: seconds the last batch spent reading its rows from Spark, and producing and committing
+        #: seconds the last batch took in all (``batch``: Spark's job, producing, committing) and
+        #: committing its transaction (``commit``)
         self.last_timings: dict[str, float] = {}
 
     # -- lifecycle -------------------------------------------------------------------------
@@ -188,10 +189,12 @@ class TransactionalSink:
     def write_batch(self, frame: DataFrame, batch_id: int) -> bool:
         """Write an encoded (key, value) frame; False when the batch was already committed."""
         started = time.monotonic()
-        rows = [(r["key"], r["value"]) for r in frame.collect()]
-        read = time.monotonic() - started
+        self.last_timings = {}
+        # One partition at a time (a batch may be larger than the driver's memory), the next one
+        # computed while this one is produced.
+        rows = ((r["key"], r["value"]) for r in frame.toLocalIterator(prefetchPartitions=True))
         written = self.write_rows(rows, batch_id)
-        self.last_timings = {"rows": read, "write": time.monotonic() - started - read}
+        self.last_timings["batch"] = time.monotonic() - started
         return written
 
     def write_rows(self, rows: Any, batch_id: int) -> bool:
@@ -218,9 +221,11 @@ class TransactionalSink:
                     except BufferError:
                         producer.poll(0.05)
                 producer.poll(0)
+            committing = time.monotonic()
             marker = [TopicPartition(self.topic, 0, batch_id + 1)]
             producer.send_offsets_to_transaction(marker, self._consumer.consumer_group_metadata(), 30)
             producer.commit_transaction(60)
+            self.last_timings = {"commit": time.monotonic() - committing}
         except KafkaException as exc:
             err = exc.args[0] if exc.args else None
             fatal = bool(err is not None and hasattr(err, "fatal") and err.fatal())
