@@ -93,6 +93,20 @@ GROUPS: tuple[BuildGroup, ...] = (
     ),
 )
 
+# The real node's binaries: a group of their own (same module and version), so that adding them
+# does not invalidate a cached control-plane build. Not linked into ``bin_dir()``; the node
+# component finds them through ``NODE_GROUP.bin_dir``.
+NODE_GROUP = BuildGroup(
+    "kubernetes-node",
+    VERSION,
+    BUILD_ROOT / "kubernetes",
+    {
+        "kubelet": "k8s.io/kubernetes/cmd/kubelet",
+        "kube-proxy": "k8s.io/kubernetes/cmd/kube-proxy",
+    },
+    _kube_stamps(VERSION),
+)
+
 # Every binary the platform needs, all reachable from ``bin_dir()``.
 BINARIES: tuple[str, ...] = tuple(name for group in GROUPS for name in group.packages)
 
@@ -100,6 +114,15 @@ BINARIES: tuple[str, ...] = tuple(name for group in GROUPS for name in group.pac
 def bin_dir() -> Path:
     """The directory that holds (or links to) every binary: the Kubernetes group's ``bin/``."""
     return GROUPS[0].bin_dir
+
+
+def provision_group(group: BuildGroup, log: Callable[[str], None] = print) -> Path:
+    """Build one group once per version (locked); return its bin dir."""
+    if not group.complete():
+        with file_lock(group.cache / ".lock"):
+            if not group.complete():
+                _build(group, log)
+    return group.bin_dir
 
 
 def _build(group: BuildGroup, log: Callable[[str], None]) -> None:
@@ -153,11 +176,7 @@ def _link(target: Path, link: Path) -> None:
 def provision(log: Callable[[str], None] = print) -> Path:
     """Build (once per version) every binary; return the bin dir holding all of them."""
     for group in GROUPS:
-        if group.complete():
-            continue
-        with file_lock(group.cache / ".lock"):
-            if not group.complete():
-                _build(group, log)
+        provision_group(group, log)
     target = bin_dir()
     target.mkdir(parents=True, exist_ok=True)
     with file_lock(GROUPS[0].cache / ".lock"):
