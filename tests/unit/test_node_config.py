@@ -184,3 +184,13 @@ def test_cli_node_choice_defaults_to_the_node_agent(monkeypatch: pytest.MonkeyPa
     assert cli.main(["platform", "up"]) == 0
     assert cli.main(["platform", "up", "--node", "kubelet"]) == 0
     assert [c["node"] for c in calls] == ["nodeagent", "kubelet"]
+
+
+def test_node_processes_are_its_programs_naming_its_dir() -> None:
+    node_dir = Path("/tmp/p/node")
+    sock = "-address=/tmp/p/node/containerd/containerd.sock"
+    assert teardown.is_node_process(["/usr/bin/containerd-shim-runc-v2", "-id", "x", sock], node_dir)
+    assert teardown.is_node_process(["/c/bin/kubelet", "--root-dir=/tmp/p/node/kubelet"], node_dir)
+    assert not teardown.is_node_process(["tail", "-f", "/tmp/p/node/kubelet.log"], node_dir)
+    assert not teardown.is_node_process(["/c/bin/kubelet", "--root-dir=/tmp/p/node2/kubelet"], node_dir)
+    assert not teardown.is_node_process([], node_dir)

@@ -223,9 +223,9 @@ def stop(state_dir: Path) -> None:
     lay = layout(state_dir)
     for name in reversed(PROCESSES):
         stop_pid(lay.pid(name), grace=15.0)
-    if (lay.dir.exists() or teardown.bridge_exists()) and not teardown.owned_elsewhere(lay):
+    if lay.dir.exists() or teardown.bridge_owner() == str(lay.dir):
         kube_proxy = kube_build.NODE_GROUP.bin_dir / "kube-proxy"
-        if kube_proxy.exists():
+        if kube_proxy.exists() and not teardown.owned_elsewhere(lay):
             with contextlib.suppress(OSError, subprocess.SubprocessError):
                 subprocess.run([str(kube_proxy), "--cleanup"], capture_output=True, check=False, timeout=60)
         teardown.teardown(lay)

@@ -151,17 +151,29 @@ def clean_iptables() -> list[str]:
     return problems
 
 
+#: the node's own programs; a process of these whose arguments name the state dir is ours
+PROGRAMS = frozenset({"containerd", "containerd-shim-runc-v2", "kubelet", "kube-proxy", "runc"})
+
+
+def is_node_process(argv: list[str], node_dir: Path) -> bool:
+    """Is ``argv`` one of the node's programs run for ``node_dir`` (not, say, a ``tail -f`` of
+    one of its logs, nor a process of a sibling directory)?"""
+    if not argv or Path(argv[0]).name not in PROGRAMS:
+        return False
+    pattern = re.compile(re.escape(str(node_dir)) + r"(/|$)")
+    return any(pattern.search(arg) for arg in argv[1:])
+
+
 def processes(layout: config.Layout) -> list[int]:
-    """Pids of processes started by the node: any whose command line names the node's state dir
-    (containerd, shims, kubelet, kube-proxy) plus the containers' processes (from runc)."""
-    marker = str(layout.dir)
+    """Pids of processes started by the node: its programs whose arguments name the node's
+    state dir (containerd, shims, kubelet, kube-proxy) plus the containers' processes (runc)."""
     found: set[int] = set()
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit() or int(entry.name) == os.getpid():
             continue
         with contextlib.suppress(OSError):
-            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-            if marker in cmdline:
+            argv = (entry / "cmdline").read_bytes().decode(errors="replace").split("\0")
+            if is_node_process(argv[:-1] if argv and argv[-1] == "" else argv, layout.dir):
                 found.add(int(entry.name))
     found.update(container_pids(layout))
     return sorted(pid for pid in found if _alive(pid))
@@ -352,6 +364,7 @@ def leftovers(layout: config.Layout) -> list[str]:
     found += [f"mount {point}" for point in mounts_under(layout.dir)]
     if bridge_exists():
         found.append(f"link {config.BRIDGE} (ports: {', '.join(bridge_ports()) or 'none'})")
+    found += [f"link {name} (a CNI veth)" for name in cni_veths()]
     found += [f"netns {ns}" for ns in _foreign_netns()]
     for save, _ in _iptables_tools():
         result = _run([save])
@@ -365,6 +378,14 @@ def leftovers(layout: config.Layout) -> list[str]:
                 if link.is_symlink() and os.readlink(link).startswith(str(layout.pod_logs)):
                     found.append(f"log link {link}")
     return found
+
+
+def cni_veths() -> list[str]:
+    """Host-side veths named the way the CNI bridge plugin names them (``veth`` + 8 hex digits).
+    Ours disappear with their pods' network namespaces; machines here have no other CNI users."""
+    result = _run(["ip", "-o", "link", "show", "type", "veth"])
+    names = [line.split(":")[1].strip().split("@")[0] for line in result.stdout.splitlines() if ":" in line]
+    return [name for name in names if re.fullmatch(r"veth[0-9a-f]{8}", name)]
 
 
 def _foreign_netns() -> list[str]:
