@@ -145,6 +145,17 @@ def test_kubernetes_service_reaches_the_api_server_from_a_pod(
     assert logs.strip() == "ok"
 
 
+def test_cluster_dns_resolves_service_names_in_pods(real_node: Node, node_namespace: str) -> None:
+    core = _core(real_node)
+    _serve(core, node_namespace)
+    for name, url in (("short", "http://web/"), ("full", f"http://web.{node_namespace}.svc.cluster.local/")):
+        core.create_namespaced_pod(node_namespace, _client_pod(name, url))
+        logs = eventually(
+            partial(_succeeded_logs, core, node_namespace, name), what=f"the client pod reaches {url} by name"
+        )
+        assert logs == "hello from web\n"
+
+
 def test_container_killed_with_sigkill_is_restarted(real_node: Node, node_namespace: str) -> None:
     core = _core(real_node)
     pod, _ = _serve(core, node_namespace)

@@ -194,3 +194,28 @@ def test_node_processes_are_its_programs_naming_its_dir() -> None:
     assert not teardown.is_node_process(["tail", "-f", "/tmp/p/node/kubelet.log"], node_dir)
     assert not teardown.is_node_process(["/c/bin/kubelet", "--root-dir=/tmp/p/node2/kubelet"], node_dir)
     assert not teardown.is_node_process([], node_dir)
+
+
+def test_cluster_dns_objects_match_the_kubelet_and_pass_restricted(
+    layout: config.Layout, tmp_path: Path
+) -> None:
+    from sluice_dev.platform.node import dns
+
+    rendered = config.kubelet_config(
+        layout, ca=tmp_path / "ca", serving_cert=tmp_path / "c", serving_key=tmp_path / "k",
+        ports=config.KubeletPorts(1, 2), address="10.242.0.1",
+    )
+    assert rendered["clusterDNS"] == [config.DNS_IP]
+    objects = {o["kind"]: o for o in dns.manifests()}
+    service = objects["Service"]
+    assert service["spec"]["clusterIP"] == config.DNS_IP
+    assert {p["port"] for p in service["spec"]["ports"]} == {53}
+    pod = objects["Deployment"]["spec"]["template"]["spec"]
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    (container,) = pod["containers"]
+    assert container["image"] == config.COREDNS_IMAGE and container["imagePullPolicy"] == "Never"
+    assert container["securityContext"]["capabilities"] == {"drop": ["ALL"]}
+    assert container["securityContext"]["allowPrivilegeEscalation"] is False
+    assert f".:{dns.PORT}" in dns.COREFILE and dns.PORT > 1024  # no privileged port for non-root
+    assert json.loads(dns.manifest_json())["kind"] == "List"
+    assert kube_build.COREDNS_GROUP.static

@@ -19,6 +19,7 @@ from sluice_dev.platform.common import PlatformError, cache_dir, file_lock, run_
 VERSION = "1.36.3"
 ETCD_VERSION = "3.6.16"
 HELM_VERSION = "3.22.0"
+COREDNS_VERSION = "1.15.0"
 
 BUILD_ROOT = Path(__file__).resolve().parents[2] / "kube-build"
 BUILD_TIMEOUT = 3 * 3600.0
@@ -35,6 +36,8 @@ class BuildGroup:
     packages: dict[str, str]
     # ``-X importpath.name=value`` link flags (version stamping that release builds do)
     stamps: tuple[str, ...] = ()
+    # a static binary (CGO_ENABLED=0), for an image without a C library
+    static: bool = False
 
     @property
     def cache(self) -> Path:
@@ -107,6 +110,16 @@ NODE_GROUP = BuildGroup(
     _kube_stamps(VERSION),
 )
 
+# Cluster DNS of the real node, packed into an image by ``sluice_dev.platform.node.images``.
+COREDNS_GROUP = BuildGroup(
+    "coredns",
+    COREDNS_VERSION,
+    BUILD_ROOT / "coredns",
+    {"coredns": "sluice.dev/kube-build/coredns"},
+    (f"github.com/coredns/coredns/coremain.GitCommit=v{COREDNS_VERSION}",),
+    static=True,
+)
+
 # Every binary the platform needs, all reachable from ``bin_dir()``.
 BINARIES: tuple[str, ...] = tuple(name for group in GROUPS for name in group.packages)
 
@@ -134,7 +147,7 @@ def _build(group: BuildGroup, log: Callable[[str], None]) -> None:
     staging = group.cache / "bin.partial"
     shutil.rmtree(staging, ignore_errors=True)
     staging.mkdir(parents=True)
-    env = {"GOTOOLCHAIN": "local", "GOWORK": "off"}
+    env = {"GOTOOLCHAIN": "local", "GOWORK": "off", **({"CGO_ENABLED": "0"} if group.static else {})}
     names = list(group.packages)
     log(f"{group.component} {group.version}: building {', '.join(names)} with go (first time only; slow)")
     started = time.monotonic()

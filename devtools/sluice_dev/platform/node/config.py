@@ -33,6 +33,10 @@ CNI_BIN_DIR = Path("/usr/lib/cni")
 #: Never`` or ``IfNotPresent``
 PAUSE_IMAGE = "localhost/sluice/pause:1"
 TEST_IMAGE = "localhost/sluice/nodetest:1"
+COREDNS_IMAGE = "localhost/sluice/coredns:1"
+#: the ``kube-dns`` Service (``dns.py``), in the control plane's service range
+DNS_IP = "10.0.0.10"
+CLUSTER_DOMAIN = "cluster.local"
 CONTAINERD_NAMESPACE = "k8s.io"
 
 
@@ -235,6 +239,8 @@ def kubelet_config(
         "fileCheckFrequency": "10s",
         "runtimeRequestTimeout": "2m",
         "resolvConf": "/etc/resolv.conf",
+        "clusterDNS": [DNS_IP],
+        "clusterDomain": CLUSTER_DOMAIN,
         "maxPods": 110,
     }
 

@@ -19,6 +19,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from sluice_dev.platform import kube_build
 from sluice_dev.platform.common import PlatformError, cache_dir, file_lock, run_logged
 from sluice_dev.platform.node import config
 
@@ -122,12 +123,35 @@ def cache() -> Path:
     return cache_dir(COMPONENT, sources_hash())
 
 
+def coredns_archive_path() -> Path:
+    return kube_build.COREDNS_GROUP.cache / "coredns.oci.tar"
+
+
 def archives() -> list[Path]:
-    return [cache() / image.archive_name for image in IMAGES]
+    """Every archive the node imports: pause, nodetest, CoreDNS."""
+    return [*(cache() / image.archive_name for image in IMAGES), coredns_archive_path()]
+
+
+def provision_coredns(log: Callable[[str], None] = print) -> Path:
+    """Build CoreDNS (``kube_build.COREDNS_GROUP``) and pack it into an image, once per version."""
+    group = kube_build.COREDNS_GROUP
+    bin_dir = kube_build.provision_group(group, log)
+    archive = coredns_archive_path()
+    if archive.exists():
+        return archive
+    with file_lock(group.cache / ".lock"):
+        if not archive.exists():
+            layer = layer_tar([("/coredns", (bin_dir / "coredns").read_bytes(), 0o755)])
+            tmp = archive.with_name(archive.name + ".partial")
+            tmp.write_bytes(oci_archive(config.COREDNS_IMAGE, layer, entrypoint=["/coredns"]))
+            tmp.replace(archive)
+    return archive
 
 
 def provision(log: Callable[[str], None] = print) -> list[Path]:
-    """Build the programs and their OCI archives once per source hash; return the archives."""
+    """Build the programs and their OCI archives once per source hash (CoreDNS once per
+    version); return every archive."""
+    provision_coredns(log)
     root = cache()
     marker = root / ".provisioned"
     if marker.exists():

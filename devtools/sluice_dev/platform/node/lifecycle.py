@@ -21,7 +21,7 @@ from sluice_dev.platform import kube_build
 from sluice_dev.platform.common import PlatformError, Started, free_port, spawn, stop_pid, tail
 from sluice_dev.platform.kube import _http_get, _https_get
 from sluice_dev.platform.kube_certs import Pki, issue, write_kubeconfig
-from sluice_dev.platform.node import config, images, teardown
+from sluice_dev.platform.node import config, dns, images, teardown
 from sluice_dev.platform.node.provision import missing_tools
 
 COMPONENT = "node"
@@ -29,6 +29,7 @@ PROCESSES = ("containerd", "kubelet", "kube-proxy")
 CONTAINERD_TIMEOUT = 60.0
 KUBELET_TIMEOUT = 180.0
 PROXY_TIMEOUT = 60.0
+DNS_TIMEOUT = 120.0
 
 
 def layout(state_dir: Path) -> config.Layout:
@@ -202,6 +203,30 @@ def _start(state_dir: Path, lay: config.Layout, node_bin: Path) -> Started:
         "kube-proxy", lay, lambda: _http_get(f"http://127.0.0.1:{proxy_ports.healthz}/healthz")[0] == 200,
         timeout=PROXY_TIMEOUT, what="report /healthz ok", procs=procs,
     )
+
+    # cluster DNS
+    kubectl = str(kube_build.bin_dir() / "kubectl")
+    admin = state_dir / "kube" / "admin.kubeconfig"
+    applied = subprocess.run(
+        [kubectl, f"--kubeconfig={admin}", "apply", "-f", "-"], input=dns.manifest_json(),
+        capture_output=True, text=True, check=False, timeout=120,
+    )
+    with open(lay.log("coredns"), "a") as handle:
+        handle.write(applied.stdout + applied.stderr)
+    if applied.returncode != 0:
+        raise PlatformError("coredns", f"kubectl apply failed: {applied.stderr.strip()}", lay.log("coredns"))
+
+    def dns_ready() -> bool:
+        url = f"{server}/apis/apps/v1/namespaces/{dns.NAMESPACE}/deployments/{dns.NAME}"
+        status, body = _https_get(url, pki)
+        return status == 200 and int(json.loads(body).get("status", {}).get("readyReplicas") or 0) >= 1
+
+    _wait(
+        "kubelet", lay, dns_ready, timeout=DNS_TIMEOUT,
+        what=f"run cluster DNS (Deployment {dns.NAMESPACE}/{dns.NAME} ready; kubectl output in "
+        f"{lay.log('coredns')})",
+        procs=procs,
+    )
     return Started(
         component=COMPONENT,
         env={},
@@ -213,6 +238,7 @@ def _start(state_dir: Path, lay: config.Layout, node_bin: Path) -> Started:
             "state_dir": str(lay.dir),
             "containerd_socket": str(lay.containerd_socket),
             "runc_root": str(lay.runc_root),
+            "dns": config.DNS_IP,
         },
     )
 
