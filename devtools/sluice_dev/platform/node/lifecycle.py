@@ -124,12 +124,13 @@ def _write(path: Path, text: str) -> None:
 
 def start(state_dir: Path) -> Started:
     """Start the node against the control plane running in ``state_dir``; return once the Node is
-    Ready and kube-proxy is healthy. Leftovers of an earlier (crashed) run are removed first; on
-    failure everything started here is torn down and ``PlatformError`` names the process and log."""
+    Ready, kube-proxy is healthy and cluster DNS answers. Leftovers of an earlier (crashed) run
+    are removed first; on failure everything started here is torn down and ``PlatformError``
+    names the process and log."""
     state_dir = state_dir.resolve()
     lay = layout(state_dir)
     stop(state_dir)
-    missing = missing_tools()
+    missing = missing_tools() + [str(p) for p in images.archives() if not p.is_file()]
     node_bin = kube_build.NODE_GROUP.bin_dir
     if missing or not kube_build.NODE_GROUP.complete():
         what = ", ".join(missing) or f"kubelet/kube-proxy in {node_bin}"
