@@ -1,4 +1,4 @@
-"""Starting and stopping the real node: bridge, containerd, kubelet, kube-proxy.
+"""Starting and stopping the real node: bridge, containerd, kubelet, kube-proxy, cluster DNS.
 
 Everything lives under ``<state_dir>/node/`` (see ``config.Layout``). The node authenticates as
 itself: a client certificate for ``system:node:sluice-node`` in ``system:nodes`` (so the Node
