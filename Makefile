@@ -4,8 +4,10 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+# the node of `make platform-up`: nodeagent (default) or kubelet (real containerd + kubelet node)
+NODE ?= nodeagent
 
-.PHONY: install test test-unit lint demo platform-up platform-down deploy crds bench clean
+.PHONY: install test test-unit test-node lint demo platform-up platform-down deploy crds bench clean
 
 install: $(STAMP)
 
@@ -21,6 +23,10 @@ test: install
 test-unit: install
 	$(BIN)/python -m pytest tests/unit
 
+# the real node (root; one per machine): not part of `make test` until it replaces the node agent
+test-node: install
+	$(BIN)/python -m pytest tests/platform --durations=10
+
 lint: install
 	$(BIN)/ruff check operator runtime-image devtools tests bench
 	$(BIN)/mypy
@@ -30,7 +36,7 @@ demo: install
 	$(BIN)/python -m sluice_dev.demo
 
 platform-up: install
-	$(BIN)/sluice-dev platform up
+	$(BIN)/sluice-dev platform up --node $(NODE)
 
 deploy: install
 	$(BIN)/sluice-dev deploy

@@ -16,7 +16,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     platform = sub.add_parser("platform", help="the local platform: Kafka, Kubernetes, node agent")
     platform.add_argument("action", choices=["up", "down", "status"])
     platform.add_argument("--state-dir", type=Path, default=Path(".platform"))
-    platform.add_argument("--no-nodeagent", action="store_true", help="do not start the node agent")
+    platform.add_argument("--no-nodeagent", action="store_true", help="do not start any node")
+    platform.add_argument(
+        "--node", choices=sorted(orchestrate.NODE_KINDS), default="nodeagent",
+        help="the node: the node agent (default) or a real kubelet with containerd",
+    )
     deploy = sub.add_parser("deploy", help="install the CRDs and start the operator on the platform")
     deploy.add_argument("--state-dir", type=Path, default=Path(".platform"))
     args = parser.parse_args(argv)
@@ -24,7 +28,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "deploy":
             orchestrate.deploy(args.state_dir)
         elif args.action == "up":
-            orchestrate.up(args.state_dir, with_nodeagent=not args.no_nodeagent)
+            orchestrate.up(args.state_dir, with_nodeagent=not args.no_nodeagent, node=args.node)
         elif args.action == "down":
             orchestrate.down(args.state_dir)
         else:

@@ -155,8 +155,12 @@ def _require_binaries(bin_dir: Path) -> None:
             )
 
 
-def start(state_dir: Path) -> Started:
+def start(state_dir: Path, *, advertise_address: str | None = None) -> Started:
     """Start etcd, kube-apiserver, kube-controller-manager and kube-scheduler on 127.0.0.1.
+
+    With ``advertise_address`` (the real node's IP, see ``sluice_dev.platform.node``) the API
+    server listens on every address and publishes that one as the ``kubernetes`` Service's
+    endpoint, so that pods reach it through the Service; the admin kubeconfig still uses 127.0.0.1.
 
     Returns once the apiserver is ready and the controller-manager has created the ``default``
     ServiceAccount. Leftovers of an earlier run in ``state_dir`` are stopped first; on failure every
@@ -171,7 +175,7 @@ def start(state_dir: Path) -> Started:
     pki = ensure_pki(directory)
     for attempt in range(2):
         try:
-            return _start(state_dir, bin_dir, pki, _Group(state_dir))
+            return _start(state_dir, bin_dir, pki, _Group(state_dir), advertise_address)
         except PlatformError as exc:
             stop(state_dir)
             # Free ports are picked up front; another process may grab one before we bind it.
@@ -185,7 +189,25 @@ def start(state_dir: Path) -> Started:
     raise AssertionError("unreachable")
 
 
-def _start(state_dir: Path, bin_dir: Path, pki: Pki, group: _Group) -> Started:
+def apiserver_network_args(advertise_address: str | None) -> list[str]:
+    """Where kube-apiserver listens and what it publishes as the ``kubernetes`` endpoint."""
+    if advertise_address is None:
+        # The `kubernetes` Service cannot get endpoints: Endpoints reject loopback addresses.
+        # In-cluster clients get the server address directly (KUBERNETES_SERVICE_HOST/PORT).
+        return [
+            "--bind-address=127.0.0.1", "--advertise-address=127.0.0.1", "--endpoint-reconciler-type=none"
+        ]
+    # The node's name does not resolve: logs/exec/port-forward go to its InternalIP.
+    return [
+        "--bind-address=0.0.0.0",
+        f"--advertise-address={advertise_address}",
+        "--kubelet-preferred-address-types=InternalIP,Hostname",
+    ]
+
+
+def _start(
+    state_dir: Path, bin_dir: Path, pki: Pki, group: _Group, advertise_address: str | None = None
+) -> Started:
     directory = kube_dir(state_dir)
     etcd_client, etcd_peer, apiserver_port, kcm_port, scheduler_port = _ports(5)
 
@@ -217,8 +239,7 @@ def _start(state_dir: Path, bin_dir: Path, pki: Pki, group: _Group) -> Started:
     group.spawn("kube-apiserver", [
         str(bin_dir / "kube-apiserver"),
         f"--etcd-servers={etcd_url}",
-        "--bind-address=127.0.0.1",
-        "--advertise-address=127.0.0.1",
+        *apiserver_network_args(advertise_address),
         f"--secure-port={apiserver_port}",
         f"--cert-dir={directory / 'apiserver-certs'}",
         f"--tls-cert-file={pki.crt('apiserver')}",
@@ -241,9 +262,6 @@ def _start(state_dir: Path, bin_dir: Path, pki: Pki, group: _Group) -> Started:
         f"--service-account-signing-key-file={pki.sa_key}",
         f"--service-cluster-ip-range={SERVICE_CIDR}",
         "--allow-privileged=true",
-        # The `kubernetes` Service cannot get endpoints: Endpoints reject loopback addresses.
-        # In-cluster clients get the server address directly (KUBERNETES_SERVICE_HOST/PORT).
-        "--endpoint-reconciler-type=none",
         "--profiling=false",
         "--v=1",
     ])

@@ -19,6 +19,7 @@ from sluice_dev.platform.common import PlatformError, cache_dir, file_lock, run_
 VERSION = "1.36.3"
 ETCD_VERSION = "3.6.16"
 HELM_VERSION = "3.22.0"
+COREDNS_VERSION = "1.15.0"
 
 BUILD_ROOT = Path(__file__).resolve().parents[2] / "kube-build"
 BUILD_TIMEOUT = 3 * 3600.0
@@ -35,6 +36,8 @@ class BuildGroup:
     packages: dict[str, str]
     # ``-X importpath.name=value`` link flags (version stamping that release builds do)
     stamps: tuple[str, ...] = ()
+    # a static binary (CGO_ENABLED=0), for an image without a C library
+    static: bool = False
 
     @property
     def cache(self) -> Path:
@@ -93,6 +96,30 @@ GROUPS: tuple[BuildGroup, ...] = (
     ),
 )
 
+# The real node's binaries: a group of their own (same module and version), so that adding them
+# does not invalidate a cached control-plane build. Not linked into ``bin_dir()``; the node
+# component finds them through ``NODE_GROUP.bin_dir``.
+NODE_GROUP = BuildGroup(
+    "kubernetes-node",
+    VERSION,
+    BUILD_ROOT / "kubernetes",
+    {
+        "kubelet": "k8s.io/kubernetes/cmd/kubelet",
+        "kube-proxy": "k8s.io/kubernetes/cmd/kube-proxy",
+    },
+    _kube_stamps(VERSION),
+)
+
+# Cluster DNS of the real node, packed into an image by ``sluice_dev.platform.node.images``.
+COREDNS_GROUP = BuildGroup(
+    "coredns",
+    COREDNS_VERSION,
+    BUILD_ROOT / "coredns",
+    {"coredns": "sluice.dev/kube-build/coredns"},
+    (f"github.com/coredns/coredns/coremain.GitCommit=v{COREDNS_VERSION}",),
+    static=True,
+)
+
 # Every binary the platform needs, all reachable from ``bin_dir()``.
 BINARIES: tuple[str, ...] = tuple(name for group in GROUPS for name in group.packages)
 
@@ -100,6 +127,15 @@ BINARIES: tuple[str, ...] = tuple(name for group in GROUPS for name in group.pac
 def bin_dir() -> Path:
     """The directory that holds (or links to) every binary: the Kubernetes group's ``bin/``."""
     return GROUPS[0].bin_dir
+
+
+def provision_group(group: BuildGroup, log: Callable[[str], None] = print) -> Path:
+    """Build one group once per version (locked); return its bin dir."""
+    if not group.complete():
+        with file_lock(group.cache / ".lock"):
+            if not group.complete():
+                _build(group, log)
+    return group.bin_dir
 
 
 def _build(group: BuildGroup, log: Callable[[str], None]) -> None:
@@ -111,7 +147,7 @@ def _build(group: BuildGroup, log: Callable[[str], None]) -> None:
     staging = group.cache / "bin.partial"
     shutil.rmtree(staging, ignore_errors=True)
     staging.mkdir(parents=True)
-    env = {"GOTOOLCHAIN": "local", "GOWORK": "off"}
+    env = {"GOTOOLCHAIN": "local", "GOWORK": "off", **({"CGO_ENABLED": "0"} if group.static else {})}
     names = list(group.packages)
     log(f"{group.component} {group.version}: building {', '.join(names)} with go (first time only; slow)")
     started = time.monotonic()
@@ -153,11 +189,7 @@ def _link(target: Path, link: Path) -> None:
 def provision(log: Callable[[str], None] = print) -> Path:
     """Build (once per version) every binary; return the bin dir holding all of them."""
     for group in GROUPS:
-        if group.complete():
-            continue
-        with file_lock(group.cache / ".lock"):
-            if not group.complete():
-                _build(group, log)
+        provision_group(group, log)
     target = bin_dir()
     target.mkdir(parents=True, exist_ok=True)
     with file_lock(GROUPS[0].cache / ".lock"):

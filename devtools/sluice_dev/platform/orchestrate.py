@@ -18,8 +18,11 @@ from typing import Any
 
 from sluice_dev.platform import common
 
-#: Components with processes, in start order (stopped in reverse).
-SERVICES = ("kafka", "kube", "nodeagent")
+#: Components with processes, in start order (stopped in reverse). Only one of the two nodes
+#: runs: the node agent (the default) or the real node (``--node kubelet``, module ``node``).
+SERVICES = ("kafka", "kube", "nodeagent", "node")
+#: ``--node`` choices -> component (module) name
+NODE_KINDS = {"nodeagent": "nodeagent", "kubelet": "node"}
 
 
 def _module(name: str) -> ModuleType:
@@ -81,16 +84,36 @@ def write_env(state_dir: Path, env: dict[str, str], bin_dirs: list[str]) -> Path
     return path
 
 
-def up(state_dir: Path, log: Callable[[str], None] = print, with_nodeagent: bool = True) -> dict[str, Any]:
-    """Provision what is missing and start every component that is not already running."""
+def _advertise_address(node: str | None) -> str | None:
+    """What kube-apiserver must advertise for ``node``: the real node's IP (so that pods reach
+    it through the ``kubernetes`` Service), nothing for the node agent."""
+    return str(_module("node").node_ip()) if node == "node" else None
+
+
+def up(
+    state_dir: Path, log: Callable[[str], None] = print, with_nodeagent: bool = True,
+    node: str = "nodeagent",
+) -> dict[str, Any]:
+    """Provision what is missing and start every component that is not already running.
+
+    ``node`` picks the node: ``nodeagent`` (default) or ``kubelet`` (the real node); with
+    ``with_nodeagent=False`` no node starts at all. A node of the other kind is stopped.
+    """
     state_dir = state_dir.resolve()
     state_dir.mkdir(parents=True, exist_ok=True)
     state = _load_state(state_dir)
+    chosen = NODE_KINDS[node] if with_nodeagent else None
     t0 = time.monotonic()
     log("provisioning Spark Kafka connector jars ...")
     _module("sparkjars").provision(log=log)
+    for other in set(NODE_KINDS.values()) - {chosen}:
+        if other in state:
+            _module(other).stop(state_dir)
+            del state[other]
+            log(f"{other}: stopped (not the chosen node)")
+    advertise = _advertise_address(chosen)
     for name in SERVICES:
-        if name == "nodeagent" and not with_nodeagent:
+        if name in NODE_KINDS.values() and name != chosen:
             continue
         try:
             module = _module(name)
@@ -98,7 +121,9 @@ def up(state_dir: Path, log: Callable[[str], None] = print, with_nodeagent: bool
             log(f"{name}: not available in this checkout, skipped")
             continue
         entry = state.get(name)
-        if entry and _healthy(name, entry, state_dir):
+        if entry and name == "kube" and entry.get("info", {}).get("advertise_address") != advertise:
+            log("kube: restarting for the chosen node's network")
+        elif entry and _healthy(name, entry, state_dir):
             log(f"{name}: already running ({entry.get('probe')})")
             continue
         if hasattr(module, "provision"):
@@ -108,6 +133,13 @@ def up(state_dir: Path, log: Callable[[str], None] = print, with_nodeagent: bool
         t1 = time.monotonic()
         if name == "nodeagent":
             started = module.start(state_dir, Path(state["kube"]["env"]["KUBECONFIG"]))
+        elif name == "kube":
+            started = module.start(state_dir, advertise_address=advertise)
+            if advertise is not None:
+                started.info["advertise_address"] = advertise
+            if chosen in state:  # a fresh cluster: the node registers again
+                _module(chosen).stop(state_dir)
+                del state[chosen]
         else:
             started = module.start(state_dir)
         log(f"{name}: started in {time.monotonic() - t1:.1f}s")
