@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install test test-unit lint demo platform-up platform-down deploy crds bench clean
+.PHONY: install test test-unit lint demo platform-up platform-down deploy crds images bench clean
 
 install: $(STAMP)
 
@@ -37,6 +37,9 @@ deploy: install
 
 platform-down: install
 	$(BIN)/sluice-dev platform down
+
+images: install
+	$(BIN)/sluice-dev images build
 
 crds: install
 	$(BIN)/sluice crds --output-dir crds --chart-dir charts/sluice/crds
