@@ -35,9 +35,10 @@ def test_context_files_are_what_the_dockerignore_lets_through(tmp_path: Path) ->
     (root / "operator/sluice.egg-info/PKG-INFO").write_text("x")
     files = [p.as_posix() for p in spec.context_files(root)]
     assert files == sorted([
-        "README.md", "devtools/sluice_dev/c.py", "operator/sluice/a.py", "pyproject.toml",
-        "runtime-image/sluice_runtime/b.py",
+        "README.md", "operator/sluice/a.py", "pyproject.toml", "runtime-image/sluice_runtime/b.py",
     ])
+    assert [p.as_posix() for p in spec.context_files(root, spec.OPERATOR.sources)] == [
+        "README.md", "operator/sluice/a.py", "pyproject.toml"]
 
 
 def test_image_key_follows_sources_dockerfile_and_base_but_not_caches(tmp_path: Path) -> None:
@@ -46,17 +47,23 @@ def test_image_key_follows_sources_dockerfile_and_base_but_not_caches(tmp_path: 
     assert key == spec.image_key(root, spec.RUNTIME, "base1")
     assert key != spec.image_key(root, spec.OPERATOR, "base1")
     assert key != spec.image_key(root, spec.RUNTIME, "base2")
+    operator_key = spec.image_key(root, spec.OPERATOR, "base1")
     (root / "tests/test_x.py").write_text("changed\n")
+    (root / "devtools/sluice_dev/c.py").write_text("C = 2\n")
     (root / "operator/sluice/__pycache__").mkdir()
     (root / "operator/sluice/__pycache__/a.pyc").write_bytes(b"\1")
     assert key == spec.image_key(root, spec.RUNTIME, "base1")
     (root / "operator/sluice/a.py").write_text("A = 2\n")
     changed = spec.image_key(root, spec.RUNTIME, "base1")
     assert changed != key
+    assert spec.image_key(root, spec.OPERATOR, "base1") != operator_key
+    operator_key = spec.image_key(root, spec.OPERATOR, "base1")
     (root / "runtime-image/Dockerfile").write_text("FROM z\n")
+    (root / "runtime-image/sluice_runtime/b.py").chmod(0o755)
     assert spec.image_key(root, spec.RUNTIME, "base1") not in (key, changed)
-    (root / "devtools/sluice_dev/c.py").chmod(0o755)
-    assert spec.image_key(root, spec.OPERATOR, "base1") != spec.image_key(root, spec.OPERATOR, "base0")
+    assert spec.image_key(root, spec.OPERATOR, "base1") == operator_key  # copies no runtime-image/
+    (root / ".dockerignore").write_text("*\n")
+    assert spec.image_key(root, spec.OPERATOR, "base1") != operator_key
 
 
 def test_content_key_is_unambiguous() -> None:
@@ -86,7 +93,8 @@ def test_dockerfiles_copy_only_hashed_context_and_run_as_the_pods_user() -> None
         assert text.startswith("#") and "FROM debian:bookworm-slim AS base" in text
         for match in re.finditer(r"^COPY (?!--from)(.+) \S+$", text, re.MULTILINE):
             for source in match.group(1).split():
-                assert source.split("/")[0] in spec.CONTEXT_INCLUDE, (image.dockerfile, source)
+                assert source.split("/")[0] in image.sources, (image.dockerfile, source)
+        assert set(image.sources) <= set(spec.CONTEXT_INCLUDE)
         assert f"USER {RUN_AS_USER}:{RUN_AS_USER}" in text
         assert f"--uid {RUN_AS_USER} --gid {RUN_AS_USER}" in text
         assert "http://" not in text and "https://" not in text

@@ -26,6 +26,8 @@ from sluice_dev.platform.common import PlatformError
 COMPONENT = "runc"
 #: the ref name ``unpack_bundle`` adds to the archive's index for umoci (a plain tag)
 SMOKE_TAG = "sluice-smoke"
+#: where ``run_in_bundle`` keeps the config umoci wrote, next to the one it runs
+IMAGE_CONFIG = "config.image.json"
 _counter = itertools.count()
 
 
@@ -92,15 +94,25 @@ def unpack_bundle(archive: Path, workdir: Path) -> Iterator[Path]:
         shutil.rmtree(root, ignore_errors=True)
 
 
+def image_config(bundle: Path) -> dict[str, Any]:
+    """The runtime config umoci made from the image (before ``run_in_bundle`` changed it)."""
+    original = bundle / IMAGE_CONFIG
+    path = original if original.exists() else bundle / "config.json"
+    config: dict[str, Any] = json.loads(path.read_text())
+    return config
+
+
 def run_in_bundle(bundle: Path, args: Sequence[str], *, readonly: bool = True, env: Sequence[str] = (),
                   timeout: float = 300) -> Result:
     """Run ``args`` in the bundle with ``runc run`` (foreground) and return its exit and output."""
     runc = shutil.which("runc")
     if runc is None:
         raise PlatformError(COMPONENT, "runc is not installed (apt-get install runc)")
-    config_path = bundle / "config.json"
-    config_path.write_text(json.dumps(adapt_config(json.loads(config_path.read_text()), args,
-                                                   readonly=readonly, env=env)))
+    config = image_config(bundle)
+    original = bundle / IMAGE_CONFIG
+    if not original.exists():
+        original.write_text(json.dumps(config))
+    (bundle / "config.json").write_text(json.dumps(adapt_config(config, args, readonly=readonly, env=env)))
     state = bundle.parent / "runc-state"
     container = f"sluice-smoke-{os.getpid()}-{next(_counter)}"
     base = [runc, "--root", str(state)]

@@ -1,9 +1,11 @@
 """What the images are made of, and the pure parts of building them: content keys and argv.
 
-Both images are built from the repository root as build context. Their inputs are the Dockerfile
-and the context files the repository's ``.dockerignore`` lets through (``CONTEXT_INCLUDE`` minus
-the ``CONTEXT_EXCLUDE`` patterns; a unit test keeps the two in step). An image's cache key is a
-hash of those inputs and of the base image's key, so a rebuild happens exactly when one changes.
+Both images are built from the repository root as build context, of which the repository's
+``.dockerignore`` lets through ``CONTEXT_INCLUDE`` minus the ``CONTEXT_EXCLUDE`` patterns (a unit
+test keeps the two in step). An image's inputs are its Dockerfile, ``.dockerignore`` and the
+context files under the entries it copies (``ImageSpec.sources``; a unit test checks the
+Dockerfile's ``COPY`` lines against them). Its cache key is a hash of those inputs and of the base
+image's key, so a rebuild happens when one of them changes, and only then.
 """
 
 from __future__ import annotations
@@ -21,17 +23,18 @@ from sluice import __version__ as VERSION
 #: what the Dockerfiles ``FROM``; the locally made base is stored under this name
 BASE_REFERENCE = "docker.io/library/debian:bookworm-slim"
 #: top-level context entries the images use (``!`` lines of ``.dockerignore``)
-CONTEXT_INCLUDE: tuple[str, ...] = ("pyproject.toml", "README.md", "operator", "runtime-image", "devtools")
+CONTEXT_INCLUDE: tuple[str, ...] = ("pyproject.toml", "README.md", "operator", "runtime-image")
 #: name patterns left out anywhere below them (``**/`` lines of ``.dockerignore``)
 CONTEXT_EXCLUDE: tuple[str, ...] = ("__pycache__", "*.pyc", "*.egg-info", "Dockerfile")
 
 
 @dataclass(frozen=True)
 class ImageSpec:
-    """One image: its repository name and its Dockerfile (relative to the repository root)."""
+    """One image: its repository name, its Dockerfile and the context entries it copies."""
 
     name: str
     dockerfile: str
+    sources: tuple[str, ...] = CONTEXT_INCLUDE
 
     def reference(self, version: str = VERSION) -> str:
         """The fully qualified name a kubelet resolves ``<name>:<version>`` to."""
@@ -42,7 +45,7 @@ class ImageSpec:
 
 
 RUNTIME = ImageSpec("sluice-runtime", "runtime-image/Dockerfile")
-OPERATOR = ImageSpec("sluice-operator", "operator/Dockerfile")
+OPERATOR = ImageSpec("sluice-operator", "operator/Dockerfile", ("pyproject.toml", "README.md", "operator"))
 IMAGES: tuple[ImageSpec, ...] = (RUNTIME, OPERATOR)
 
 
@@ -57,10 +60,10 @@ def _excluded(name: str) -> bool:
     return any(fnmatch.fnmatchcase(name, pattern) for pattern in CONTEXT_EXCLUDE)
 
 
-def context_files(root: Path) -> Iterator[Path]:
-    """The build context's files the images can see, relative to ``root``, sorted."""
+def context_files(root: Path, entries: Sequence[str] = CONTEXT_INCLUDE) -> Iterator[Path]:
+    """The build context's files under ``entries`` (not excluded), relative to ``root``, sorted."""
     found: list[Path] = []
-    for entry in CONTEXT_INCLUDE:
+    for entry in entries:
         path = root / entry
         if path.is_file():
             found.append(Path(entry))
@@ -83,12 +86,14 @@ def content_key(parts: Iterable[tuple[str, bytes]]) -> str:
 
 
 def image_key(root: Path, spec: ImageSpec, base_key: str) -> str:
-    """The cache key of ``spec``: its Dockerfile, the context files it can see, the base's key."""
+    """The cache key of ``spec``: its Dockerfile, the context files it copies, the base's key."""
 
     def parts() -> Iterator[tuple[str, bytes]]:
         yield "base", base_key.encode()
         yield "dockerfile", (root / spec.dockerfile).read_bytes()
-        for rel in context_files(root):
+        ignore = root / ".dockerignore"
+        yield "dockerignore", ignore.read_bytes() if ignore.exists() else b""
+        for rel in context_files(root, spec.sources):
             path = root / rel
             mode = b"x" if path.stat().st_mode & 0o111 else b"-"
             yield f"file:{rel.as_posix()}", mode + path.read_bytes()
