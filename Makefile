@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 # the node of `make platform-up`: nodeagent (default) or kubelet (real containerd + kubelet node)
 NODE ?= nodeagent
 
-.PHONY: install test test-unit test-node lint demo platform-up platform-down deploy crds bench clean
+.PHONY: install test test-unit test-node lint demo platform-up platform-down deploy crds images bench clean
 
 install: $(STAMP)
 
@@ -43,6 +43,9 @@ deploy: install
 
 platform-down: install
 	$(BIN)/sluice-dev platform down
+
+images: install
+	$(BIN)/sluice-dev images build
 
 crds: install
 	$(BIN)/sluice crds --output-dir crds --chart-dir charts/sluice/crds

@@ -23,9 +23,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     deploy = sub.add_parser("deploy", help="install the CRDs and start the operator on the platform")
     deploy.add_argument("--state-dir", type=Path, default=Path(".platform"))
+    images = sub.add_parser("images", help="container images from the Dockerfiles (buildah, cached)")
+    images.add_argument("action", choices=["build"])
+    images.add_argument("names", nargs="*", metavar="NAME",
+                        help="sluice-runtime and/or sluice-operator (default: both)")
     args = parser.parse_args(argv)
     try:
-        if args.command == "deploy":
+        if args.command == "images":
+            from sluice_dev.images import build
+
+            for name, archive in build.build(args.names).items():
+                print(f"{name}: {archive}")
+        elif args.command == "deploy":
             orchestrate.deploy(args.state_dir)
         elif args.action == "up":
             orchestrate.up(args.state_dir, with_nodeagent=not args.no_nodeagent, node=args.node)
