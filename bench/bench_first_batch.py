@@ -83,6 +83,7 @@ def child(args: argparse.Namespace) -> int:
     checkpoint = Path(args.checkpoint)
     before = epochs.last_commit_time(checkpoint)
     timings = time_sink_steps()
+    compiled_before = compilations(spark)
     t0 = time.monotonic()
     pipeline = start_pipeline(prepared, checkpoint=str(checkpoint))
     started = time.monotonic() - t0
@@ -98,6 +99,7 @@ def child(args: argparse.Namespace) -> int:
     progress = [p for p in pipeline.main.recentProgress if before is None or int(p["batchId"]) > before[0]]
     durations = dict(progress[0]["durationMs"]) if progress else {}
     durations.update({k: round(v * 1000) for k, v in timings.items()})
+    durations["classes compiled"] = compilations(spark) - compiled_before
     pipeline.main.stop()
     for q in pipeline.dead_letter.values():
         q.stop()
@@ -107,6 +109,12 @@ def child(args: argparse.Namespace) -> int:
                       "first_commit": None if first is None else round(first, 2), "durationMs": durations}),
           flush=True)
     return 0
+
+
+def compilations(spark: Any) -> int:
+    """How many classes Spark's code generator compiled so far (cache misses) in this JVM."""
+    metrics = spark._jvm.org.apache.spark.metrics.source.CodegenMetrics
+    return int(metrics.METRIC_COMPILATION_TIME().getCount())
 
 
 def time_sink_steps() -> dict[str, float]:

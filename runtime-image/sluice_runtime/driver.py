@@ -257,6 +257,7 @@ def run_elected(
     from sluice_runtime.elector import Elector
     from sluice_runtime.kubeapi import KubeApi, KubeConfig
     from sluice_runtime.pipeline import prepare_pipeline
+    from sluice_runtime.warmup import warm_up_plan
 
     assert config.lease_name and config.lease_namespace
     api = KubeApi(KubeConfig.from_env(os.environ))
@@ -269,28 +270,46 @@ def run_elected(
                       plan_hash=state.plan_hash, duration=config.lease_seconds)
     try:
         started = time.monotonic()
+        # Warm up on the plan only while another driver serves: with nobody serving, start now.
+        warm_up = "plan" if elector.someone_serving() else "none"
         try:
             prepared = prepare_pipeline(
                 spark, plan, bootstrap=config.bootstrap, query_id=query_id, security=config.kafka,
-                consumer_group=config.consumer_group, warm_up="plan",
+                consumer_group=config.consumer_group, warm_up=warm_up,
             )
         except Exception as exc:
             reports.report_exception(api, config.lease_namespace, pod, plan, state.plan_hash, reports.WARM_UP,
                                      exc)
             raise
-        log.info("standby: warm in %.1fs (plan %s), waiting for lease %s/%s", time.monotonic() - started,
-                 plan.hash[:12], config.lease_namespace, config.lease_name)
+        log.info("standby: ready in %.1fs (plan %s, warm-up %s), waiting for lease %s/%s",
+                 time.monotonic() - started, plan.hash[:12], warm_up, config.lease_namespace,
+                 config.lease_name)
+        warmed = warm_up == "plan"
+
+        def warm_up_late() -> None:
+            """Another driver took the Lease first (drivers started together): warm up now."""
+            nonlocal warmed
+            state.role = "warming"
+            took = warm_up_plan(spark, plan, prepared.ctx)
+            warmed = True
+            state.role = "standby"
+            record = elector.record()
+            log.info("standby: warmed up on the plan in %.1fs while %s serves", took,
+                     record.holder if record else "another driver")
+
         while True:
             state.role = "standby"
             state.metrics.set_role("standby")
             state.health.draining = False
             set_pod_role(api, config.lease_namespace, pod, "standby")
-            leadership = elector.wait_for_leadership(drain_requested)
+            late = None if warmed else warm_up_late
+            leadership = elector.wait_for_leadership(drain_requested, while_held=late)
             if leadership is None:
                 log.info("standby: stopped before taking over")
                 return 0
             log.debug("active: %s threads at normal priority", set_priority(_own_pids(spark), 0))
             end, code = _term(config, prepared, state, drain_requested, elector, api, pod, leadership)
+            warmed = True  # it ran the plan as the active driver
             if end in (HANDOFF, LOST):
                 set_priority(_own_pids(spark), STANDBY_NICE)
                 continue
@@ -343,7 +362,11 @@ def _term(config: RunConfig, prepared: Prepared, state: RuntimeState, drain_requ
         gap = meter.poll()
         if gap is None:
             return
-        log.info("active: first commit %.2fs after the previous holder's last", gap)
+        first: dict[str, Any] = dict(pipeline.main.lastProgress or {})
+        sink_timings = pipeline.eos_sink.last_timings if pipeline.eos_sink is not None else {}
+        log.info("active: first commit %.2fs after the previous holder's last "
+                 "(batch %s, durationMs %s, sink %s)", gap, first.get("batchId"), first.get("durationMs"),
+                 {k: round(v, 3) for k, v in sink_timings.items()})
         if takeover.from_pod:
             state.metrics.takeover_gap.labels("failover" if failover else "handoff").observe(gap)
         record = Takeover(**{**takeover.__dict__, "gap_seconds": round(gap, 3)})

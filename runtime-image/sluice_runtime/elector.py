@@ -42,6 +42,7 @@ from sluice.core.election import (
     pod_of,
     probe_verdict,
     renew_interval,
+    someone_serving,
 )
 
 from sluice_runtime.kubeapi import KubeApi, KubeApiError
@@ -140,6 +141,7 @@ class Elector:
         self.handoff_request: HandoffRequest | None = None
         self._pending: dict[str, str] = {}  # annotations for the next renewal (report)
         self._renewer: threading.Thread | None = None
+        self._listed = threading.Event()  # the watch has read the Lease (or found none) once
         threading.Thread(target=self._watch_loop, name="sluice-lease-watch", daemon=True).start()
 
     # -- the newest record -------------------------------------------------------------------
@@ -161,6 +163,7 @@ class Elector:
             try:
                 lease = self.api.get_lease(self.namespace, self.name)
                 self._update(lease)
+                self._listed.set()
                 if lease is None:
                     self._stop.wait(1.0)
                     continue
@@ -178,8 +181,21 @@ class Elector:
             return LeaseRecord.from_lease(self._lease) if self._lease is not None else None
 
     # -- standby -----------------------------------------------------------------------------
-    def wait_for_leadership(self, stop: threading.Event, poll: float = 0.5) -> Leadership | None:
-        """Block until this driver holds the Lease (None when ``stop`` is set first)."""
+    def someone_serving(self, wait: float = 5.0) -> bool:
+        """Whether another live driver holds the Lease now (:func:`someone_serving`); True when
+        the Lease cannot be read within ``wait`` seconds (warming up is then the safe choice)."""
+        if not self._listed.wait(wait):
+            return True
+        record = self.record()
+        probe = HolderProbe.UNKNOWN
+        if record is not None and record.holder and record.holder != self.identity:
+            probe = self.prober(record.annotations.get(HOLDER_ADDRESS), record.holder)
+        return someone_serving(record, self.identity, probe)
+
+    def wait_for_leadership(self, stop: threading.Event, poll: float = 0.5,
+                            while_held: Callable[[], None] | None = None) -> Leadership | None:
+        """Block until this driver holds the Lease (None when ``stop`` is set first).
+        ``while_held`` is called once, the first time another driver is seen holding it."""
         while not stop.is_set():
             with self._cond:
                 lease = self._lease
@@ -189,6 +205,10 @@ class Elector:
             if record is not None and record.holder and record.holder != self.identity:
                 probe = self.prober(record.annotations.get(HOLDER_ADDRESS), record.holder)
             decision = decide(record, self.identity, observed, self.clock(), probe)
+            if decision.why == Why.HELD and while_held is not None:
+                callback, while_held = while_held, None
+                callback()
+                continue
             try:
                 if decision.verdict == Verdict.CREATE:
                     self._create()

@@ -126,6 +126,12 @@ class Driver:
         except (urllib.error.URLError, OSError, ValueError):
             return {}
 
+    def warmed_on_plan(self) -> bool:
+        """Whether this driver ran its plan's warm-up (before waiting, or once it saw another
+        driver take the Lease first)."""
+        text = self.log.read_text(errors="replace")
+        return "warm-up plan)" in text or "standby: warmed up on the plan" in text
+
     def signal(self, sig: int) -> None:
         os.killpg(self.proc.pid, sig)
 
@@ -224,7 +230,10 @@ def start_pair(tmp: Path, plan: Path, checkpoint: Path, kafka: str, jars: list[P
     try:
         first = wait_until("one active driver", lambda: active_of(drivers), 240, drivers)
         other = b if first is a else a
-        wait_until("a warm standby", lambda: other.role().get("role") == "standby", 240, drivers)
+        # drivers started together: the one that lost the race to the Lease warms up on the plan
+        wait_until("a standby warmed up on its plan",
+                   lambda: other.role().get("role") == "standby" and other.warmed_on_plan(), 240, drivers)
+        assert not first.warmed_on_plan(), first.tail()  # nobody served: it started at once
     except BaseException:
         feed.stop()
         for d in drivers:

@@ -24,6 +24,7 @@ from sluice.core.election import (
     pending_handoff,
     pod_of,
     probe_verdict,
+    someone_serving,
 )
 
 
@@ -166,3 +167,14 @@ def test_lease_record_from_a_lease_object() -> None:
     assert (rec.holder, rec.duration, rec.transitions, rec.resource_version) == ("a/1", 15.0, 4, "42")
     empty = LeaseRecord.from_lease({"metadata": {}, "spec": {}})
     assert (empty.holder, empty.transitions, empty.duration) == ("", 0, 10.0)
+
+
+def test_a_starting_driver_warms_up_only_while_another_live_driver_serves() -> None:
+    # another holder that answers (or cannot be asked): time to warm up before taking over
+    assert someone_serving(record("a-0/x1"), "b/1", HolderProbe.ALIVE)
+    assert someone_serving(record("a-0/x1"), "b/1", HolderProbe.UNKNOWN)
+    # nobody serves: no Lease yet, released, a holder whose process is gone, or this driver itself
+    assert not someone_serving(None, "b/1", HolderProbe.UNKNOWN)
+    assert not someone_serving(record(""), "b/1", HolderProbe.UNKNOWN)
+    assert not someone_serving(record("a-0/x1"), "b/1", HolderProbe.GONE)
+    assert not someone_serving(record("b/1"), "b/1", HolderProbe.UNKNOWN)

@@ -173,6 +173,15 @@ def decide(
     return Decision(Verdict.WAIT, Why.HELD)
 
 
+def someone_serving(record: LeaseRecord | None, me: str, probe: HolderProbe) -> bool:
+    """Whether another driver holds the Lease and may be alive: then a starting driver has time
+    to warm up on its plan before it can take over. With nobody serving (no Lease, released, or
+    a holder whose process is gone) every second of warm-up would be a second without output."""
+    if record is None or not record.holder or record.holder == me:
+        return False
+    return probe != HolderProbe.GONE
+
+
 def holder_valid_until(renew_sent_at: float, duration: float, margin: float = SAFETY_MARGIN_SECONDS) -> float:
     """Until when (monotonic) a holder whose last successful renewal was *sent* at
     ``renew_sent_at`` may still write."""
