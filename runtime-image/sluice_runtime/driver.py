@@ -289,10 +289,9 @@ def run_elected(
         def warm_up_late() -> None:
             """Another driver took the Lease first (drivers started together): warm up now."""
             nonlocal warmed
-            state.role = "warming"
+            # the pod stays Ready ("standby"): readiness that flapped would disturb rollouts
             took = warm_up_plan(spark, plan, prepared.ctx)
             warmed = True
-            state.role = "standby"
             record = elector.record()
             log.info("standby: warmed up on the plan in %.1fs while %s serves", took,
                      record.holder if record else "another driver")
@@ -362,10 +361,8 @@ def _term(config: RunConfig, prepared: Prepared, state: RuntimeState, drain_requ
         gap = meter.poll()
         if gap is None:
             return
-        first: dict[str, Any] = dict(pipeline.main.lastProgress or {})
         sink_timings = pipeline.eos_sink.last_timings if pipeline.eos_sink is not None else {}
-        log.info("active: first commit %.2fs after the previous holder's last "
-                 "(batch %s, durationMs %s, sink %s)", gap, first.get("batchId"), first.get("durationMs"),
+        log.info("active: first commit %.2fs after the previous holder's last (exactly-once sink: %s)", gap,
                  {k: round(v, 3) for k, v in sink_timings.items()})
         if takeover.from_pod:
             state.metrics.takeover_gap.labels("failover" if failover else "handoff").observe(gap)
