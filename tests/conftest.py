@@ -8,7 +8,6 @@ with a message naming the component and its log; nothing is skipped.
 from __future__ import annotations
 
 import os
-import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,6 +15,8 @@ from typing import Any
 
 import pytest
 from sluice_dev.platform import common
+
+from tests.support.namespaces import fresh_namespace
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -116,12 +117,5 @@ def kube(platform_state: Path) -> Iterator[Kube]:
 @pytest.fixture
 def namespace(kube: Kube) -> Iterator[str]:
     """A fresh namespace per test, deleted afterwards."""
-    from kubernetes import client
-
-    name = f"t-{uuid.uuid4().hex[:10]}"
-    core = client.CoreV1Api(kube.api)
-    core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name)))
-    try:
+    with fresh_namespace(kube.api, "t") as name:
         yield name
-    finally:
-        core.delete_namespace(name)

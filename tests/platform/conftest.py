@@ -8,7 +8,6 @@ path (``PlatformError``); nothing skips.
 from __future__ import annotations
 
 import os
-import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,6 +15,8 @@ from typing import Any
 
 import pytest
 from sluice_dev.platform import common
+
+from tests.support.namespaces import fresh_namespace
 
 
 @dataclass
@@ -66,12 +67,5 @@ def real_node(node_state: Path) -> Iterator[Node]:
 
 @pytest.fixture
 def node_namespace(real_node: Node) -> Iterator[str]:
-    from kubernetes import client
-
-    name = f"n-{uuid.uuid4().hex[:10]}"
-    core = client.CoreV1Api(real_node.api)
-    core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name)))
-    try:
+    with fresh_namespace(real_node.api, "n") as name:
         yield name
-    finally:
-        core.delete_namespace(name)
