@@ -141,7 +141,7 @@ def test_build_push_and_import_argv() -> None:
     assert argv[argv.index("-v") + 1] == "/a:/a:ro"
     push = spec.push_argv(buildah, spec.OPERATOR, Path("/c/op.oci.tar"), version="1.2.3")
     assert push[-2:] == ["localhost/sluice-operator:1.2.3",
-                         "oci-archive:/c/op.oci.tar:docker.io/library/sluice-operator:1.2.3"]
+                         "oci-archive:/c/op.oci.tar:localhost/sluice-operator:1.2.3"]
     assert spec.ctr_import_argv(Path("/c/op.oci.tar"), "/run/c.sock") == [
         "ctr", "--address", "/run/c.sock", "--namespace", "k8s.io", "images", "import", "/c/op.oci.tar"]
     assert spec.mmdebstrap_argv("bookworm", "minbase", Path("/o.tar"), Path("/s.sources")) == [
@@ -173,10 +173,10 @@ def test_runc_config_runs_the_command_read_only_with_a_tmpfs() -> None:
 
 def test_umoci_tag_is_added_to_the_index(tmp_path: Path) -> None:
     index = {"schemaVersion": 2, "manifests": [{"digest": "sha256:1", "annotations": {
-        "org.opencontainers.image.ref.name": "docker.io/library/sluice-runtime:0.1.0"}}]}
+        "org.opencontainers.image.ref.name": "localhost/sluice-runtime:0.1.0"}}]}
     (tmp_path / "index.json").write_text(json.dumps(index))
     bundle.tag_for_umoci(tmp_path, "smoke")
     manifests = json.loads((tmp_path / "index.json").read_text())["manifests"]
     assert [m["annotations"]["org.opencontainers.image.ref.name"] for m in manifests] == [
-        "docker.io/library/sluice-runtime:0.1.0", "smoke"]
+        "localhost/sluice-runtime:0.1.0", "smoke"]
     assert manifests[1]["digest"] == "sha256:1"

@@ -20,8 +20,10 @@ from pathlib import Path
 #: (``appVersion``) and the operator's default runtime image (``default_image``) expect
 from sluice import __version__ as VERSION
 
-#: what the Dockerfiles ``FROM``; the locally made base is stored under this name
-BASE_REFERENCE = "docker.io/library/debian:bookworm-slim"
+#: the locally made base is stored under this name; the Dockerfiles' ``FROM debian:bookworm-slim``
+#: finds it there (buildah resolves a short name to a ``localhost/`` image before anything else,
+#: and ``--pull-never`` forbids pulling)
+BASE_REFERENCE = "localhost/debian:bookworm-slim"
 #: top-level context entries the images use (``!`` lines of ``.dockerignore``)
 CONTEXT_INCLUDE: tuple[str, ...] = ("pyproject.toml", "README.md", "operator", "runtime-image")
 #: name patterns left out anywhere below them (``**/`` lines of ``.dockerignore``)
@@ -37,8 +39,9 @@ class ImageSpec:
     sources: tuple[str, ...] = CONTEXT_INCLUDE
 
     def reference(self, version: str = VERSION) -> str:
-        """The fully qualified name a kubelet resolves ``<name>:<version>`` to."""
-        return f"docker.io/library/{self.name}:{version}"
+        """The name the archive carries, ``localhost/<name>:<version>``: the local node's pods
+        name their image so (an unqualified name would be taken for one of a public registry)."""
+        return self.local_tag(version)
 
     def local_tag(self, version: str = VERSION) -> str:
         return f"localhost/{self.name}:{version}"
