@@ -10,6 +10,7 @@ tests with its name and log; nothing is skipped.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import subprocess
@@ -156,6 +157,7 @@ def containerd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     (root / "config.toml").write_text(_CONTAINERD_CONFIG.format(root=root))
     socket = root / "containerd.sock"
     log_path, pid_path = root / "containerd.log", root / "containerd.pid"
+    existed = _dirs_under(SHARED_RUN_DIR)
     proc = common.spawn("containerd", [binary, "--config", str(root / "config.toml")],
                         log_path=log_path, pid_path=pid_path)
     try:
@@ -165,6 +167,22 @@ def containerd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     finally:
         common.stop_pid(pid_path)
         shutil.rmtree(root, ignore_errors=True)
+        # containerd 1.6 and ctr put shim sockets, FIFOs and runc state under /run/containerd
+        # whatever the config says: remove the directories this test made there (empty by now)
+        for path in sorted(_dirs_under(SHARED_RUN_DIR) - existed, key=lambda p: len(p.parts), reverse=True):
+            with contextlib.suppress(OSError):
+                path.rmdir()
+
+
+#: where containerd 1.6 and ctr keep shim sockets, FIFOs and runc state regardless of ``root``
+SHARED_RUN_DIR = Path("/run/containerd")
+
+
+def _dirs_under(top: Path) -> set[Path]:
+    """``top`` and every directory below it that exists now."""
+    if not top.is_dir():
+        return set()
+    return {top, *(p for p in top.rglob("*") if p.is_dir())}
 
 
 def _ctr(socket: Path, *args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
