@@ -159,11 +159,6 @@ def feed(bootstrap: str, topic: str, rate: float, stop: threading.Event) -> None
     producer.flush(10)
 
 
-def percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))]
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=5)
@@ -177,6 +172,7 @@ def main() -> int:
     if args.child:
         return child(args)
 
+    from bench_failover import percentile
     from confluent_kafka.admin import AdminClient, NewTopic
     from sluice_dev.platform import kafka, sparkjars
 

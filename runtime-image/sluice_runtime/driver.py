@@ -290,7 +290,7 @@ def run_elected(
             """Another driver took the Lease first (drivers started together): warm up now."""
             nonlocal warmed
             # the pod stays Ready ("standby"): readiness that flapped would disturb rollouts
-            took = warm_up_plan(spark, plan, prepared.ctx)
+            took = warm_up_plan(prepared.ctx)
             warmed = True
             record = elector.record()
             log.info("standby: warmed up on the plan in %.1fs while %s serves", took,

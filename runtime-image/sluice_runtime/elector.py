@@ -187,10 +187,13 @@ class Elector:
         if not self._listed.wait(wait):
             return True
         record = self.record()
-        probe = HolderProbe.UNKNOWN
+        return someone_serving(record, self.identity, self._probe(record))
+
+    def _probe(self, record: LeaseRecord | None) -> HolderProbe:
+        """Ask another holder's endpoint whether its process lives (UNKNOWN when there is none)."""
         if record is not None and record.holder and record.holder != self.identity:
-            probe = self.prober(record.annotations.get(HOLDER_ADDRESS), record.holder)
-        return someone_serving(record, self.identity, probe)
+            return self.prober(record.annotations.get(HOLDER_ADDRESS), record.holder)
+        return HolderProbe.UNKNOWN
 
     def wait_for_leadership(self, stop: threading.Event, poll: float = 0.5,
                             while_held: Callable[[], None] | None = None) -> Leadership | None:
@@ -201,10 +204,7 @@ class Elector:
                 lease = self._lease
                 observed = self._observed
             record = LeaseRecord.from_lease(lease) if lease is not None else None
-            probe = HolderProbe.UNKNOWN
-            if record is not None and record.holder and record.holder != self.identity:
-                probe = self.prober(record.annotations.get(HOLDER_ADDRESS), record.holder)
-            decision = decide(record, self.identity, observed, self.clock(), probe)
+            decision = decide(record, self.identity, observed, self.clock(), self._probe(record))
             if decision.why == Why.HELD and while_held is not None:
                 callback, while_held = while_held, None
                 callback()

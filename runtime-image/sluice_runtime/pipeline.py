@@ -115,7 +115,7 @@ def prepare_pipeline(
     elif warm_up == "plan":
         from sluice_runtime.warmup import warm_up_plan
 
-        log.info("warm-up on the plan: %.1fs", warm_up_plan(spark, plan, ctx))
+        log.info("warm-up on the plan: %.1fs", warm_up_plan(ctx))
     return Prepared(plan=plan, ctx=ctx, frames=frames, query_id=query_id)
 
 

@@ -22,6 +22,7 @@ import json
 import logging
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -53,6 +54,12 @@ def checkpoint_id(checkpoint: str | Path) -> str:
     """The Spark query id recorded in the checkpoint (stable across restarts)."""
     meta = Path(checkpoint) / "metadata"
     return str(json.loads(meta.read_text().splitlines()[0])["id"])
+
+
+def batch_rows(frame: DataFrame) -> Iterator[tuple[Any, Any]]:
+    """An encoded batch's (key, value) rows, one partition at a time (a batch may be larger than
+    the driver's memory), the next one computed while this one is consumed."""
+    return ((r["key"], r["value"]) for r in frame.toLocalIterator(prefetchPartitions=True))
 
 
 class TransactionalSink:
@@ -190,10 +197,7 @@ class TransactionalSink:
         """Write an encoded (key, value) frame; False when the batch was already committed."""
         started = time.monotonic()
         self.last_timings = {}
-        # One partition at a time (a batch may be larger than the driver's memory), the next one
-        # computed while this one is produced.
-        rows = ((r["key"], r["value"]) for r in frame.toLocalIterator(prefetchPartitions=True))
-        written = self.write_rows(rows, batch_id)
+        written = self.write_rows(batch_rows(frame), batch_id)
         self.last_timings["batch"] = time.monotonic() - started
         return written
 

@@ -27,14 +27,15 @@ import time
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
-from sluice.core.plan.model import KafkaSourceV1, Plan
+from sluice.core.plan.model import KafkaSourceV1
 
 from sluice_runtime.frames import build_frames, query_name
 from sluice_runtime.kafka_security import KafkaSecurity, librdkafka_config
+from sluice_runtime.sink_exactly_once import batch_rows
 from sluice_runtime.steps import BuildContext
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql import DataFrame
 
 log = logging.getLogger(__name__)
 
@@ -71,15 +72,10 @@ def tail_offsets(bootstrap: str, security: KafkaSecurity, topics: Iterable[str],
         consumer.close()
 
 
-def drain_rows(frame: DataFrame) -> int:
-    """Read a batch's rows into Python as the exactly-once sink does, and drop them."""
-    return sum(1 for _ in frame.toLocalIterator(prefetchPartitions=True))
-
-
-def warm_up_plan(spark: SparkSession, plan: Plan, ctx: BuildContext, *,
-                 timeout: float = WARM_TIMEOUT) -> float:
-    """Run ``plan`` once over the tail of its sources on a scratch checkpoint (see the module);
-    return the seconds it took."""
+def warm_up_plan(ctx: BuildContext, *, timeout: float = WARM_TIMEOUT) -> float:
+    """Run ``ctx.plan`` once over the tail of its sources on a scratch checkpoint (see the
+    module); return the seconds it took."""
+    spark, plan = ctx.spark, ctx.plan
     started = time.monotonic()
     topics = [step.topic for step in plan.steps if isinstance(step, KafkaSourceV1)]
     scratch = tempfile.mkdtemp(prefix="sluice-warm-up-")
@@ -94,7 +90,8 @@ def warm_up_plan(spark: SparkSession, plan: Plan, ctx: BuildContext, *,
         def consume(frame: DataFrame, batch_id: int) -> None:
             del batch_id
             if sink.delivery == "exactlyOnce":
-                drain_rows(frame)
+                for _ in batch_rows(frame):  # read as the exactly-once sink reads, then dropped
+                    pass
             else:
                 frame.write.format("noop").mode("overwrite").save()
 
