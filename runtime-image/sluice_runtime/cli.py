@@ -23,6 +23,8 @@ flag                  variable                  default
 --lease-namespace     SLUICE_LEASE_NAMESPACE    namespace of the Lease
 --pod-name            SLUICE_POD_NAME           this driver's pod (role label, identity)
 --lease-seconds       SLUICE_LEASE_SECONDS      10
+(none)                SLUICE_PREVIOUS_VERSION   (none) a replaced version's predecessor (JSON,
+                                                see ``sluice.core.replace``)
 ====================  ========================  ========================================
 
 With a Lease name the process is one of the query's drivers: it warms up, waits as a standby and
@@ -42,6 +44,8 @@ import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
+
+from sluice.core.replace import PREVIOUS_VERSION_ENV, PreviousVersion, PreviousVersionError
 
 from sluice_runtime.config import RunConfig
 from sluice_runtime.kafka_security import KafkaSecurity, KafkaSecurityError
@@ -152,6 +156,11 @@ def resolve_config(args: argparse.Namespace, env: Mapping[str, str]) -> RunConfi
         raise ConfigError(f"SLUICE_LEASE_SECONDS must be a number of seconds, got {lease_text!r}") from None
     if not 3 <= lease_seconds <= 300:
         raise ConfigError(f"SLUICE_LEASE_SECONDS must be between 3 and 300, got {lease_text!r}")
+    previous_text = env.get(PREVIOUS_VERSION_ENV) or ""
+    try:
+        previous = PreviousVersion.from_json(previous_text) if previous_text.strip() else None
+    except PreviousVersionError as exc:
+        raise ConfigError(str(exc)) from None
     return RunConfig(
         plan=plan,
         checkpoint=checkpoint,
@@ -170,6 +179,7 @@ def resolve_config(args: argparse.Namespace, env: Mapping[str, str]) -> RunConfi
         lease_namespace=lease_namespace,
         pod_name=pick(args.pod_name, "SLUICE_POD_NAME") or None,
         lease_seconds=lease_seconds,
+        previous=previous,
     )
 
 

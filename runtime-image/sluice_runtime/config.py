@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from sluice.core.replace import PreviousVersion
+
 from sluice_runtime.kafka_security import KafkaSecurity
 
 
@@ -28,3 +30,5 @@ class RunConfig:
     lease_namespace: str | None = None
     pod_name: str | None = None
     lease_seconds: float = 10.0
+    #: a replaced plan version's first term starts where this previous version's output ends
+    previous: PreviousVersion | None = None

@@ -317,6 +317,24 @@ def run_elected(
         elector.close()
 
 
+def _hand_off_from_previous(config: RunConfig, prepared: Prepared,
+                            before: tuple[int, float] | None) -> tuple[Prepared, tuple[int, float] | None]:
+    """The pipeline rebuilt to start at the previous version's end (:mod:`sluice_runtime.replace`),
+    and the gap meter's reference: the previous version's last commit (any batch of the new
+    checkpoint comes after it)."""
+    from sluice_runtime.pipeline import with_start_offsets
+    from sluice_runtime.replace import hand_off_start
+
+    assert config.previous is not None
+    start = hand_off_start(config.previous, prepared.plan, config.bootstrap, config.kafka)
+    if start.checkpoint is not None:
+        last = epochs.last_commit_time(start.checkpoint)
+        before = (-1, last[1]) if last is not None else before
+    if start.offsets:
+        prepared = with_start_offsets(prepared, start.offsets)
+    return prepared, before
+
+
 def _term(config: RunConfig, prepared: Prepared, state: RuntimeState, drain_requested: threading.Event,
           elector: Elector, api: KubeApi, pod: str, leadership: Any) -> tuple[str, int]:
     """One term as the active driver."""
@@ -336,7 +354,11 @@ def _term(config: RunConfig, prepared: Prepared, state: RuntimeState, drain_requ
                               leadership.annotations, reports.now_rfc3339())
         elector.report(start.annotations())
         checkpoint, source = start.checkpoint, start.source
-        meter = GapMeter(checkpoint, epochs.last_commit_time(source) if source else None, acquired_wall)
+        before = epochs.last_commit_time(source) if source else None
+        if config.previous is not None and drain_mod.last_offsets(checkpoint) is None:
+            # the first term of a replaced version: start where the previous version's output ends
+            prepared, before = _hand_off_from_previous(config, prepared, before)
+        meter = GapMeter(checkpoint, before, acquired_wall)
         gate = drain_mod.BatchGate(guard=elector.may_write)
         pipeline = start_pipeline(prepared, checkpoint=str(checkpoint), available_now=config.available_now,
                                   transactional_id=config.transactional_id, gate=gate)

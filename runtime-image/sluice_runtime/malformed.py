@@ -32,10 +32,6 @@ CORRUPT = "_sluice_corrupt"
 OBSERVATION_PREFIX = "malformed-"
 
 
-def default_dead_letter_topic(sink_topic: str) -> str:
-    return f"{sink_topic}.dlq"
-
-
 def observation_name(source_id: str) -> str:
     return f"{OBSERVATION_PREFIX}{source_id}"
 

@@ -13,6 +13,7 @@ records to the dead-letter topic, checkpointed under ``<checkpoint>/dlq/<source 
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -117,6 +118,15 @@ def prepare_pipeline(
 
         log.info("warm-up on the plan: %.1fs", warm_up_plan(ctx))
     return Prepared(plan=plan, ctx=ctx, frames=frames, query_id=query_id)
+
+
+def with_start_offsets(prepared: Prepared, offsets: dict[str, str]) -> Prepared:
+    """The prepared pipeline with its sources starting at ``offsets`` (topic -> ``startingOffsets``
+    JSON): the DataFrames are built again (Spark reads the option when a query starts on an empty
+    checkpoint, and only then)."""
+    ctx = dataclasses.replace(prepared.ctx, start_offsets=dict(offsets), dead_letters=[], observations={})
+    return Prepared(plan=prepared.plan, ctx=ctx, frames=build_frames(prepared.plan, ctx),
+                    query_id=prepared.query_id)
 
 
 def build_pipeline(

@@ -163,8 +163,9 @@ def test_lifecycle_create_edit_suspend_resume(k: Kube, namespace: str, kafka: st
     plan_volume = next(v for v in dep["spec"]["template"]["spec"]["volumes"] if v["name"] == "plan")
     assert plan_volume["configMap"]["name"] == st["plan"]["configMap"]
 
-    # a group-by edit needs a replace: recorded as pending, the workload is untouched
-    gen = edit(k, ns, "totals", {"sql": SQL_BY_ORDER})
+    # a group-by edit needs a replace; with backfill (not carried out yet) it is recorded as
+    # pending, the workload is untouched
+    gen = edit(k, ns, "totals", {"sql": SQL_BY_ORDER, "upgrade": {"replaceStrategy": "backfill"}})
     st = eventually(settled(k, ns, "totals", gen), timeout=30, what="the group-by edit")
     assert st["phase"] == "UpgradePending"
     assert st["rollout"]["step"] == "AwaitingUpgrade" and st["rollout"]["decision"] == "replace"

@@ -282,3 +282,98 @@ def test_a_driver_failing_outside_an_upgrade_is_degraded_with_its_error(world: W
     lease["metadata"]["annotations"]["sluice.dev/last-takeover"] = json.dumps(takeover)
     drivers.k.replace(lease)
     assert reconcile_query(w.env, w.current()) == "Starting"
+
+
+BY_ORDER_SQL = "SELECT order_id, count(*) AS orders, sum(amount) AS total FROM orders GROUP BY order_id"
+
+
+def driver_env(w: World) -> dict[str, str]:
+    container = w.deployment()["spec"]["template"]["spec"]["containers"][0]
+    return {e["name"]: e.get("value", "") for e in container["env"]}
+
+
+def replace_edit(w: World) -> dict[str, Any]:
+    return w.edit(sql=BY_ORDER_SQL, sink={"topic": w.topic, "key": ["order_id"], "outputMode": "update"})
+
+
+def test_a_replace_hands_off_to_a_new_version_on_its_own_checkpoint(world: World) -> None:
+    w, drivers = world, DriverSide(world.k.api, world.ns)
+    w.add_query()
+    reconcile_query(w.env, w.current())
+    pinned, v1 = w.status()["plan"], w.status()["identity"]
+    assert [v["version"] for v in w.status()["versions"]] == [1]
+    drivers.take_over(pinned["hash"], batches=10)
+
+    reconcile_query(w.env, replace_edit(w))
+    status = w.status()
+    rollout = status["rollout"]
+    target = rollout["targetHash"]
+    assert rollout["step"] == "Verifying" and rollout["strategy"] == "replace"
+    assert rollout["decision"] == "replace" and rollout["targetPlanVersion"] == 2
+    assert rollout["replaceStrategy"] == "handOff"
+    assert "state starts empty: running aggregates restart from zero" in status["lastUpgrade"]["message"]
+    assert "where version 1's output ends" in status["lastUpgrade"]["message"]
+    # the new drivers run version 2: a checkpoint, group and transactional id of their own, and
+    # start where version 1's output ends
+    env = driver_env(w)
+    assert env["SLUICE_CHECKPOINT"].endswith("/totals/v2") and env["SLUICE_CONSUMER_GROUP"].endswith(".v2")
+    assert env["SLUICE_TRANSACTIONAL_ID"].endswith(".v2.tx")
+    previous = json.loads(env["SLUICE_PREVIOUS_VERSION"])
+    assert previous == {"version": 1, "planHash": pinned["hash"], "checkpoint": v1["checkpointPath"],
+                        "consumerGroup": v1["consumerGroup"], "transactionalId": v1["transactionalId"],
+                        "sinkTopic": w.topic, "exactlyOnce": False}
+    assert status["plan"] == pinned and status["identity"] == v1  # until the gate passes
+
+    drivers.take_over(target, batches=3)
+    reconcile_query(w.env, w.current())
+    status = w.status()
+    assert "rollout" not in status
+    assert status["plan"]["hash"] == target and status["plan"]["version"] == 2
+    assert status["plan"]["handOffFrom"] == previous
+    assert status["identity"]["checkpointPath"] == env["SLUICE_CHECKPOINT"]
+    assert status["lastUpgrade"]["outcome"] == "Succeeded"
+    assert status["lastUpgrade"]["checkpoint"] == env["SLUICE_CHECKPOINT"]
+    [v2_record, v1_record] = status["versions"]
+    assert (v2_record["version"], v2_record["state"], v2_record["planHash"]) == (2, "Running", target)
+    assert v2_record["transactionalId"] == env["SLUICE_TRANSACTIONAL_ID"]
+    assert v2_record["outputTopic"] == w.topic
+    assert v2_record["deadLetterTopics"] == [f"{w.topic}.dlq"]
+    assert (v1_record["version"], v1_record["state"]) == (1, "Retired") and v1_record["retiredAt"]
+    assert v1_record["checkpointPath"] == v1["checkpointPath"]
+    # steady from here: the driver template the new version runs with is kept as it is
+    template = w.deployment()["spec"]["template"]
+    assert driver_env(w) == env
+    reconcile_query(w.env, w.current())
+    assert driver_env(w) == env
+    assert w.deployment()["spec"]["template"] == template
+    # a later in-place edit stays on version 2 (same checkpoint, same environment but the plan)
+    reconcile_query(w.env, w.edit(sql=BY_ORDER_SQL.replace("FROM orders", "FROM orders WHERE amount > 0")))
+    assert w.status()["rollout"]["strategy"] == "in-place"
+    assert driver_env(w)["SLUICE_CHECKPOINT"] == env["SLUICE_CHECKPOINT"]
+    assert driver_env(w)["SLUICE_PREVIOUS_VERSION"] == env["SLUICE_PREVIOUS_VERSION"]
+
+
+def test_a_replace_that_fails_its_gate_resumes_the_old_version(world: World) -> None:
+    w, drivers = world, DriverSide(world.k.api, world.ns)
+    w.add_query()
+    reconcile_query(w.env, w.current())
+    pinned = w.status()["plan"]
+    drivers.take_over(pinned["hash"], batches=10)
+    template = w.deployment()["spec"]["template"]
+    reconcile_query(w.env, replace_edit(w))
+    target = w.status()["rollout"]["targetHash"]
+    drivers.take_over(target)
+    drivers.fail(target, "Kafka broker unreachable")
+    reconcile_query(w.env, w.current())
+    rollout = w.status()["rollout"]
+    assert rollout["step"] == "RollingBack" and rollout["rollback"]["mode"] == "handBack"
+    assert "previous version's checkpoint was never written" in rollout["rollback"]["reason"]
+    # version 1's drivers start again exactly as they ran (same checkpoint, ids and environment)
+    assert w.deployment()["spec"]["template"] == template
+    assert RESTORE_REQUEST not in (drivers.lease()["metadata"].get("annotations") or {})
+    drivers.take_over(pinned["hash"], batches=1)
+    reconcile_query(w.env, w.current())
+    status = w.status()
+    assert "rollout" not in status and status["plan"] == pinned
+    assert status["lastUpgrade"]["outcome"] == "RolledBack"
+    assert [(v["version"], v["state"]) for v in status["versions"]] == [(1, "Running")]

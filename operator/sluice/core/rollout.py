@@ -112,9 +112,21 @@ def next_action(pinned: dict[str, Any] | None, rollout: dict[str, Any] | None, c
     return Action("classify", rollout, from_hash=deployed)
 
 
-def executes_automatically(category: str, decision: str) -> bool:
-    """Edits the operator carries out itself: ``none`` and every ``in-place`` decision."""
-    return decision in ("none", "in-place")
+def executes_automatically(category: str, decision: str, replace_strategy: str | None = None) -> bool:
+    """Edits the operator carries out itself: ``none``, every ``in-place`` decision, and a
+    ``replace`` with ``replaceStrategy: handOff`` (when replaces are allowed)."""
+    return decision in ("none", "in-place") or (decision == "replace" and replace_strategy == HAND_OFF)
+
+
+#: replace strategies (``spec.upgrade.replaceStrategy``)
+HAND_OFF = "handOff"
+BACKFILL = "backfill"
+#: ``rollout.strategy`` of a replace
+REPLACE = "replace"
+
+
+def is_replace(rollout: dict[str, Any] | None) -> bool:
+    return bool(rollout) and (rollout or {}).get("strategy") == REPLACE
 
 
 def new_rollout(
@@ -164,12 +176,25 @@ def classified_rollout(
     allow_replace: bool,
     now: str,
     from_hash: str | None = None,
+    replace_strategy: str = HAND_OFF,
+    previous: dict[str, Any] | None = None,
+    replace_note: str = "",
 ) -> dict[str, Any]:
-    """The rollout recorded after classifying an edit (before acting on it)."""
+    """The rollout recorded after classifying an edit (before acting on it).
+
+    A replace with hand-off also records the version it starts after (``previous``, see
+    :class:`sluice.core.replace.PreviousVersion`) and what the new checkpoint costs
+    (``replace_note``)."""
     version = int(pinned.get("version") or 1)
     common: dict[str, Any] = {"target_hash": target_hash, "target_config_map": target_config_map,
               "category": category,
               "decision": decision, "now": now, "from_hash": from_hash or pinned.get("hash")}
+    if decision == "replace" and allow_replace and replace_strategy == HAND_OFF and previous is not None:
+        out = new_rollout(step=Step.APPLYING, target_plan_version=version + 1, strategy=REPLACE,
+                          message=f"replace with hand-off: plan version {version + 1} starts on a new "
+                          f"checkpoint where version {version}'s output ends, same output topic"
+                          + (f"; {replace_note}" if replace_note else ""), **common)
+        return {**out, "replaceStrategy": HAND_OFF, "previous": previous}
     if executes_automatically(category, decision):
         return new_rollout(step=Step.APPLYING, target_plan_version=version, strategy="in-place",
                            message="starting a driver on the new plan (same checkpoint), then handing off",
@@ -181,8 +206,12 @@ def classified_rollout(
         return new_rollout(step=Step.REJECTED, target_plan_version=version, strategy="none", message=why,
                            **common)
     next_version = version + 1 if decision == "replace" else version
-    return new_rollout(step=Step.AWAITING_UPGRADE, target_plan_version=next_version, strategy=decision,
-                       message=f"waiting: a {decision} upgrade is not carried out automatically", **common)
+    why = (f"waiting: a replace with {replace_strategy} is not carried out automatically yet (set "
+           f"spec.upgrade.replaceStrategy: handOff to replace now)" if decision == "replace"
+           else f"waiting: a {decision} upgrade is not carried out automatically")
+    out = new_rollout(step=Step.AWAITING_UPGRADE, target_plan_version=next_version, strategy=decision,
+                      message=why, **common)
+    return {**out, "replaceStrategy": replace_strategy} if decision == "replace" else out
 
 
 def verifying(rollout: dict[str, Any], *, now: str, start_epoch: int) -> dict[str, Any]:
@@ -191,12 +220,18 @@ def verifying(rollout: dict[str, Any], *, now: str, start_epoch: int) -> dict[st
             "message": "waiting for the driver on the new plan to take over and commit batches"}
 
 
-def rollback_mode(*, back_is_in_place: bool, target_ran: bool, backstop_epoch: int | None) -> tuple[str, str]:
+def rollback_mode(*, back_is_in_place: bool, target_ran: bool, backstop_epoch: int | None,
+                  replace: bool = False) -> tuple[str, str]:
     """How to return to the stable plan, and why.
+
+    A replace ran on a checkpoint of its own: the stable version resumes on its own one.
 
     The checkpoint is only touched by the target plan once one of its drivers held the Lease
     (``target_ran``). Until then, or when the classifier calls new-to-old in-place, hand back on
     the current checkpoint; otherwise restore the backstop epoch kept before the switch."""
+    if replace:
+        return HAND_BACK, ("the previous version's checkpoint was never written by the new one: it resumes "
+                           "where it stopped (what the new version processed is processed again)")
     if not target_ran:
         return HAND_BACK, "the new plan never ran on the checkpoint"
     if back_is_in_place:
@@ -235,6 +270,8 @@ def completed_plan(rollout: dict[str, Any], format_version: int | None = None) -
         "version": int(rollout["targetPlanVersion"]),
         "configMap": rollout["targetConfigMap"],
     }
+    if rollout.get("previous"):
+        out["handOffFrom"] = rollout["previous"]
     if format_version is not None:
         out["formatVersion"] = format_version
     return out

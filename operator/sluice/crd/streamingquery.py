@@ -85,11 +85,41 @@ class Condition(StatusModel):
     observed_generation: int | None = None
 
 
+class PreviousVersion(StatusModel):
+    """The plan version a replace with hand-off started after (its drivers' SLUICE_PREVIOUS_VERSION)."""
+
+    version: int
+    plan_hash: str
+    checkpoint: str = Field(description="Its checkpoint base path.")
+    consumer_group: str
+    transactional_id: str = Field(description="Fenced by the new version's first driver.")
+    sink_topic: str
+    exactly_once: bool
+
+
 class PinnedPlan(StatusModel):
     hash: str = Field(description="sha256 of the pinned plan.")
     version: int = Field(description="Plan version: 1 at creation, +1 on every replace.")
     config_map: str = Field(description="Immutable ConfigMap holding the plan JSON.")
     format_version: int | None = Field(default=None, description="Plan format version.")
+    hand_off_from: PreviousVersion | None = Field(
+        default=None, description="The version this one replaced with hand-off (where it started).")
+
+
+class VersionRecord(StatusModel):
+    """What one plan version created, kept for clean-up and rollback."""
+
+    version: int
+    plan_hash: str
+    config_map: str
+    checkpoint_path: str
+    consumer_group: str
+    transactional_id: str
+    output_topic: str
+    dead_letter_topics: list[str] = Field(default_factory=list)
+    state: Literal["Running", "Retired"]
+    since: str = Field(description="When it started serving.")
+    retired_at: str | None = Field(default=None, description="When a newer version replaced it.")
 
 
 class CompileErrorStatus(StatusModel):
@@ -163,6 +193,8 @@ class Rollout(StatusModel):
     start_epoch: int | None = Field(default=None, description="Lease term count when the gate started.")
     rollback: RollbackInfo | None = None
     error: UpgradeError | None = None
+    replace_strategy: str | None = Field(default=None, description="handOff or backfill (replace only).")
+    previous: PreviousVersion | None = Field(default=None, description="The version a replace starts after.")
 
 
 class QueryIdentity(StatusModel):
@@ -212,6 +244,9 @@ class StreamingQueryStatus(StatusModel):
     identity: QueryIdentity | None = None
     cluster: str | None = Field(default=None, description="Name of the QueryCluster in use.")
     drivers: DriversStatus | None = Field(default=None, description="Active and standby driver pods.")
+    versions: list[VersionRecord] = Field(
+        default_factory=list, description="Every plan version still known: the running one and the retired "
+        "ones (what each created).")
 
 
 class StreamingQuery(CrdModel, CrdKind):

@@ -41,6 +41,7 @@ from sluice.operator.deletion import KAFKA_DELETE_RETRIES, delete_query
 from sluice.operator.drivers import driver_problem
 from sluice.operator.kafka_admin import KafkaUnavailable, sink_topic_settings
 from sluice.operator.rollout import advance
+from sluice.operator.upgrade import pinned_context
 from sluice.operator.workload import _identity_status
 
 __all__ = [
@@ -119,8 +120,8 @@ def reconcile_query(env: Env, body: dict[str, Any], retry: int = 0) -> str:
         log.warning("%s/%s keeps serviceId %r (cluster now says %r)", run.ns, run.name, pinned_service,
                     cluster.service_id)
         cluster = cluster.model_copy(update={"service_id": pinned_service})
-    ctx = QueryContext(namespace=run.ns, name=run.name, uid=meta["uid"], spec=spec, cluster=cluster,
-                       plan_version=int((pinned or {}).get("version") or 1))
+    ctx = pinned_context(QueryContext(namespace=run.ns, name=run.name, uid=meta["uid"], spec=spec,
+                                      cluster=cluster), pinned)
     layout_problem = builders.standby_storage_problem(ctx, cluster_name)
     if layout_problem is not None:  # a driver layout the state volume cannot carry: touch nothing
         _problem(run, spec, Reason.INVALID_SPEC, layout_problem, {"cluster": cluster_name},

@@ -11,6 +11,7 @@ import logging
 from typing import Any
 
 from sluice.core.plan.model import Plan
+from sluice.core.replace import previous_version, state_reset_note
 from sluice.core.rollout import (
     Action,
     Outcome,
@@ -19,6 +20,7 @@ from sluice.core.rollout import (
     completed_plan,
     creation_rollout,
     finished_record,
+    is_replace,
     next_action,
     outcome_of,
     upgrade_record,
@@ -26,6 +28,7 @@ from sluice.core.rollout import (
 )
 from sluice.core.spec import UpgradePolicy
 from sluice.core.status import EventReason, Facts
+from sluice.core.versions import version_record, with_running
 from sluice.crd.querycluster import QueryClusterSpec
 from sluice.crd.streamingquery import StreamingQuerySpec
 from sluice.operator import upgrade
@@ -73,6 +76,7 @@ def advance(run: QueryRun, ctx: QueryContext, spec: StreamingQuerySpec, cluster:
             ready = _resume(run, ctx, plan, plan_hash, plan_json, action, policy)
             if run.status.get("rollout") is not None:
                 return ready  # still in flight: the gate (or the next step) waits
+            ctx = upgrade.pinned_context(ctx, run.status.get("plan"))  # a replace moved the version on
         elif action.kind == "revert":
             rollout = action.rollout or {}
             return upgrade.start_rollback(run, ctx, rollout, upgrade.read_lease(run, ctx),
@@ -85,8 +89,8 @@ def advance(run: QueryRun, ctx: QueryContext, spec: StreamingQuerySpec, cluster:
             _cancel(run)
         elif action.kind == "wait" and (action.rollout or {}).get("step") == Step.FAILED:
             rollout = action.rollout or {}
-            return _converge(run, ctx, rollout["targetHash"], rollout["targetConfigMap"]
-                             or ctx.names.plan_config_map(rollout["targetHash"]))
+            return _converge(run, upgrade.rollout_context(ctx, rollout), rollout["targetHash"],
+                             rollout["targetConfigMap"] or ctx.names.plan_config_map(rollout["targetHash"]))
         else:  # steady or wait: keep the workload converged on the pinned plan
             return _converge(run, ctx, run.status["plan"]["hash"], run.status["plan"]["configMap"])
     return ready
@@ -120,7 +124,12 @@ def _finish(run: QueryRun, ctx: QueryContext, plan: Plan | None, plan_hash: str,
         _ensure_plan_config_map(run, ctx, plan_hash, plan_json)
     ready = _converge(run, ctx, rollout["targetHash"], cm_name, fresh=True)
     # the phase follows in the same write: a pinned plan never shows as Pending
-    run.write({"plan": completed_plan(rollout, plan.version if plan else None), "rollout": None},
+    updates: dict[str, Any] = {"plan": completed_plan(rollout, plan.version if plan else None),
+                               "rollout": None}
+    if plan is not None:
+        updates["versions"] = with_running(run.status.get("versions"), version_record(
+            ctx.identity, plan, plan_hash, cm_name, rollout["started"]), run.env.clock())
+    run.write(updates,
               Facts(generation=run.generation, suspended=ctx.spec.suspend, plan_pinned=True,
                     driver_ready=ready))
     run.event("Normal", EventReason.PLAN_PINNED, f"plan {plan_hash[:12]} pinned in ConfigMap {cm_name}")
@@ -177,15 +186,28 @@ def _classify(run: QueryRun, ctx: QueryContext, spec: StreamingQuerySpec, cluste
     run.env.metrics.upgrades.labels(category=category, decision=decision).inc()
     cm_name = ctx.names.plan_config_map(plan_hash)
     now = run.env.clock()
-    rollout = classified_rollout(pinned=pinned, target_hash=plan_hash, target_config_map=cm_name,
-                                 category=category, decision=decision, from_hash=from_hash,
-                                 allow_replace=policy.allow_replace, now=now)
+    # the version that runs: a replace that failed its gate (rollback Never) left the next one running
+    basis = upgrade.rollout_context(ctx, running) if running else ctx
+    previous = None
+    if old_cm is not None and decision == "replace":
+        ident = basis.identity
+        previous = previous_version(version=basis.plan_version, plan=old,
+                                    plan_hash=str(from_hash or pinned["hash"]),
+                                    checkpoint=ident.checkpoint_path, consumer_group=ident.consumer_group,
+                                    transactional_id=ident.transactional_id).to_dict()
+    rollout = classified_rollout(pinned={**pinned, "version": basis.plan_version}, target_hash=plan_hash,
+                                 target_config_map=cm_name, category=category, decision=decision,
+                                 from_hash=from_hash, allow_replace=policy.allow_replace, now=now,
+                                 replace_strategy=policy.replace_strategy, previous=previous,
+                                 replace_note=state_reset_note(plan) if decision == "replace" else "")
     if rollout["step"] == Step.APPLYING:
         # the Lease term count before anything moves: only a term after it passes the gate
         lease = upgrade.read_lease(run, ctx)
         rollout["startEpoch"] = lease.transitions if lease is not None else 0
     record = upgrade_record(from_hash=from_hash, rollout=rollout, outcome=outcome_of(rollout["step"]),
                             reasons=reasons, changes=changes, now=now, generation=run.generation)
+    if is_replace(rollout):  # what the replace will do and cost, until it ends
+        record["message"] = rollout["message"]
     updates: dict[str, Any] = {**base, "rollout": rollout, "lastUpgrade": record}
     if record["outcome"] == Outcome.REJECTED:
         updates["history"] = with_history(run.status.get("history"), record)
@@ -198,8 +220,9 @@ def _classify(run: QueryRun, ctx: QueryContext, spec: StreamingQuerySpec, cluste
         run.event("Warning", EventReason.UPGRADE_REJECTED, rollout["message"] + f": {summary}")
     if rollout["step"] == Step.APPLYING:
         _ensure_plan_config_map(run, ctx, plan_hash, plan_json)
+        kind = "replace" if is_replace(rollout) else "in-place upgrade"
         run.event("Normal", EventReason.UPGRADE_STARTED,
-                  f"in-place upgrade {str(from_hash)[:12]} -> {plan_hash[:12]}: {rollout['message']}")
+                  f"{kind} {str(from_hash)[:12]} -> {plan_hash[:12]}: {rollout['message']}")
         return False
     # waiting or rejected: the workload stays on the plan it runs
     deployed_cm = from_cm_name

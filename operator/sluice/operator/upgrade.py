@@ -8,6 +8,7 @@ whether the active driver is ready. Decisions are pure (``sluice.core.rollout``,
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import logging
 from typing import Any
@@ -17,6 +18,7 @@ from sluice.core.driverreport import BACKSTOP, RESTORE_REQUEST, Backstop, Driver
 from sluice.core.election import HOLDER_PLAN, LAST_TAKEOVER, LeaseRecord, Takeover, lease_name
 from sluice.core.naming import PLAN_FILE
 from sluice.core.plan.model import Plan
+from sluice.core.replace import PreviousVersion
 from sluice.core.rollout import (
     HAND_BACK,
     RESTORE,
@@ -25,6 +27,7 @@ from sluice.core.rollout import (
     completed_plan,
     failed,
     finished_record,
+    is_replace,
     rollback_mode,
     rolling_back,
     verifying,
@@ -32,10 +35,11 @@ from sluice.core.rollout import (
 )
 from sluice.core.spec import UpgradePolicy
 from sluice.core.status import EventReason, Facts, Reason, StatusProblem
+from sluice.core.versions import version_record, with_running
 from sluice.operator.builders.context import QueryContext
 from sluice.operator.common import QueryRun
 from sluice.operator.driverlease import driver_selector
-from sluice.operator.workload import _converge
+from sluice.operator.workload import _converge, _identity_status
 
 log = logging.getLogger("sluice.operator")
 
@@ -61,10 +65,28 @@ def error_status(error: DriverError | None) -> dict[str, Any] | None:
     return out
 
 
+def pinned_context(ctx: QueryContext, pinned: dict[str, Any] | None) -> QueryContext:
+    """The context of the pinned plan's version (and the version it replaced with hand-off)."""
+    hand_off_from = (pinned or {}).get("handOffFrom")
+    previous = PreviousVersion.from_dict(hand_off_from, "status.plan.handOffFrom") if hand_off_from else None
+    return dataclasses.replace(ctx, plan_version=int((pinned or {}).get("version") or 1), previous=previous)
+
+
+def rollout_context(ctx: QueryContext, rollout: dict[str, Any]) -> QueryContext:
+    """The context of the plan version a rollout puts the workload on: a replace's new version (new
+    checkpoint, consumer group and transactional id) with the version it starts after."""
+    version = int(rollout.get("targetPlanVersion") or ctx.plan_version)
+    if version == ctx.plan_version:
+        return ctx
+    previous = rollout.get("previous")
+    return dataclasses.replace(ctx, plan_version=version, previous=PreviousVersion.from_dict(
+        previous, "status.rollout.previous") if previous else None)
+
+
 def switch(run: QueryRun, ctx: QueryContext, rollout: dict[str, Any]) -> bool:
     """Applying: put the driver Deployment on the target plan (a new warm driver starts, the old
-    one hands off when it is ready), then start the gate."""
-    ready = _converge(run, ctx, rollout["targetHash"], rollout["targetConfigMap"])
+    one hands off when it is ready), then start the gate. A replace puts it on the new version."""
+    ready = _converge(run, rollout_context(ctx, rollout), rollout["targetHash"], rollout["targetConfigMap"])
     # the Lease term count was read before the Applying step was written: a driver of the target
     # plan that took over before an operator restart still counts, one from before the rollout not
     start_epoch = int(rollout.get("startEpoch") or 0)
@@ -76,7 +98,7 @@ def switch(run: QueryRun, ctx: QueryContext, rollout: dict[str, Any]) -> bool:
 
 def verify(run: QueryRun, ctx: QueryContext, rollout: dict[str, Any], policy: UpgradePolicy) -> bool:
     """Verifying: evaluate the gate of the target plan; succeed, wait, or fail (roll back / stop)."""
-    ready = _converge(run, ctx, rollout["targetHash"], rollout["targetConfigMap"])
+    ready = _converge(run, rollout_context(ctx, rollout), rollout["targetHash"], rollout["targetConfigMap"])
     result, record = _evaluate(run, ctx, rollout, policy, plan_hash=rollout["targetHash"],
                                start_epoch=rollout.get("startEpoch"),
                                started=rollout.get("gateStarted") or rollout["started"],
@@ -118,20 +140,52 @@ def _succeeded(run: QueryRun, ctx: QueryContext, rollout: dict[str, Any], record
                result: gate.GateResult, ready: bool) -> bool:
     now = run.env.clock()
     epoch = result.progress.epoch if result.progress is not None else None
+    target = rollout_context(ctx, rollout)
     upgrade = finished_record(run.status.get("lastUpgrade"), Outcome.SUCCEEDED, now,
                               gapSeconds=_takeover_gap(record, rollout["targetHash"]),
-                              checkpoint=ctx.identity.checkpoint_path, epoch=epoch, message=result.message)
-    previous = (run.status.get("plan") or {}).get("hash") or "?"
-    run.write({"plan": completed_plan(rollout, (run.status.get("plan") or {}).get("formatVersion")),
-               "rollout": None, "lastUpgrade": upgrade,
-               "history": with_history(run.status.get("history"), upgrade)},
-              Facts(generation=run.generation, plan_pinned=True, suspended=ctx.spec.suspend,
-                    driver_ready=True))
+                              checkpoint=target.identity.checkpoint_path, epoch=epoch, message=result.message)
+    stable = run.status.get("plan") or {}
+    previous = stable.get("hash") or "?"
+    pinned = completed_plan(rollout, stable.get("formatVersion"))
+    updates: dict[str, Any] = {"plan": pinned, "rollout": None, "lastUpgrade": upgrade,
+                               "history": with_history(run.status.get("history"), upgrade)}
+    if is_replace(rollout):
+        updates["identity"] = _identity_status(target)
+        updates["versions"] = _versions_after_replace(run, ctx, target, rollout, now)
+    elif stable.get("handOffFrom"):  # the drivers keep the environment they run with
+        pinned["handOffFrom"] = stable["handOffFrom"]
+    run.write(updates, Facts(generation=run.generation, plan_pinned=True, suspended=ctx.spec.suspend,
+                             driver_ready=True))
     gap = upgrade.get("gapSeconds")
+    how = (f"replaced with hand-off (plan version {target.plan_version}, checkpoint "
+           f"{target.identity.checkpoint_path})" if is_replace(rollout) else "upgraded in place")
     run.event("Normal", EventReason.UPGRADE_SUCCEEDED,
-              f"plan {previous[:12]} -> {rollout['targetHash'][:12]} upgraded in place: {result.message}"
+              f"plan {previous[:12]} -> {rollout['targetHash'][:12]} {how}: {result.message}"
               + (f"; output gap {gap:.2f}s" if isinstance(gap, (int, float)) else ""))
     return True
+
+
+def _plan_of(run: QueryRun, config_map: str | None) -> Plan | None:
+    cm = run.env.kube.get("ConfigMap", run.ns, config_map or "")
+    return Plan.from_json(cm["data"][PLAN_FILE]) if cm is not None else None
+
+
+def _versions_after_replace(run: QueryRun, ctx: QueryContext, target: QueryContext, rollout: dict[str, Any],
+                            now: str) -> list[dict[str, Any]]:
+    """``status.versions`` with the new version running and the one it replaced retired (recorded
+    now if the query was created before versions were)."""
+    versions = list(run.status.get("versions") or [])
+    stable = run.status.get("plan") or {}
+    if not any(v.get("version") == ctx.plan_version for v in versions):
+        old = _plan_of(run, stable.get("configMap"))
+        if old is not None:
+            versions.append(version_record(ctx.identity, old, stable["hash"], stable["configMap"],
+                                           str(run.status.get("lastUpgrade", {}).get("startedAt") or now)))
+    new = _plan_of(run, rollout.get("targetConfigMap"))
+    if new is None:
+        return versions
+    return with_running(versions, version_record(target.identity, new, rollout["targetHash"],
+                                                 rollout["targetConfigMap"], now), now)
 
 
 def _target_ran(record: LeaseRecord | None, rollout: dict[str, Any]) -> tuple[bool, int | None]:
@@ -174,8 +228,10 @@ def start_rollback(run: QueryRun, ctx: QueryContext, rollout: dict[str, Any], re
                    why_failed: str, error: dict[str, Any] | None, cancelled: bool = False) -> bool:
     """Write the RollingBack step (mode decided here, once) and carry it out."""
     ran, backstop_epoch = _target_ran(record, rollout)
-    back_in_place = _back_is_in_place(run, ctx, rollout) if ran else True
-    mode, why = rollback_mode(back_is_in_place=back_in_place, target_ran=ran, backstop_epoch=backstop_epoch)
+    replace = is_replace(rollout)
+    back_in_place = _back_is_in_place(run, ctx, rollout) if ran and not replace else True
+    mode, why = rollback_mode(back_is_in_place=back_in_place, target_ran=ran, backstop_epoch=backstop_epoch,
+                              replace=replace)
     start_epoch = record.transitions if record is not None else 0
     new = rolling_back(rollout, now=run.env.clock(), start_epoch=start_epoch, mode=mode,
                        why=why if cancelled else f"{why_failed}; {why}", error=error, cancelled=cancelled,

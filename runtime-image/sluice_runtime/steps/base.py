@@ -38,6 +38,10 @@ class BuildContext:
     #: plan's own: the warm-up reads only the last records of each source (``latest`` for a topic
     #: it has none for)
     warm_offsets: dict[str, str] | None = None
+    #: the first term of a replaced plan version: start offsets per topic (``startingOffsets``
+    #: JSON) where the previous version's output ends (:mod:`sluice_runtime.replace`); a topic
+    #: not listed starts as the plan says
+    start_offsets: dict[str, str] | None = None
 
     def kafka_options(self) -> dict[str, str]:
         """Kafka client options for Spark's connector (``kafka.``-prefixed), source and sink."""

@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from sluice.core.plan.model import KafkaSourceV1
+from sluice.core.versions import default_dead_letter_topic
 
 from sluice_runtime import malformed
 from sluice_runtime.steps.base import BuildContext, DeadLetterRoute
@@ -20,7 +21,10 @@ if TYPE_CHECKING:
 def read_kafka(step: KafkaSourceV1, ctx: BuildContext) -> DataFrame:
     reader = ctx.spark.readStream.format("kafka").options(**ctx.source_options())
     warm = ctx.warm_offsets
-    starting = step.starting_offsets if warm is None else warm.get(step.topic, "latest")
+    if warm is not None:
+        starting = warm.get(step.topic, "latest")
+    else:
+        starting = (ctx.start_offsets or {}).get(step.topic, step.starting_offsets)
     reader = reader.option("subscribe", step.topic).option("startingOffsets", starting)
     reader = reader.option("failOnDataLoss", "false")
     if step.max_offsets_per_trigger is not None:
@@ -34,7 +38,7 @@ def build(step: KafkaSourceV1, inputs: list[DataFrame], ctx: BuildContext) -> Da
     tagged = malformed.parse(raw, step.columns)
     policy = step.malformed.policy
     if policy == "deadLetter":
-        topic = step.malformed.topic or malformed.default_dead_letter_topic(ctx.plan.sink.topic)
+        topic = step.malformed.topic or default_dead_letter_topic(ctx.plan.sink.topic)
         frame = malformed.dead_letter_frame(tagged, step.columns)
         ctx.dead_letters.append(DeadLetterRoute(source_id=step.id, frame=frame, topic=topic))
     good = malformed.apply_policy(tagged, policy, step.id, ctx)

@@ -7,6 +7,7 @@ from typing import Any
 
 from sluice import __version__
 from sluice.core.naming import QueryIdentity, QueryNames
+from sluice.core.replace import PreviousVersion
 from sluice.crd.common import API_VERSION, Resources
 from sluice.crd.querycluster import QueryClusterSpec
 from sluice.crd.streamingquery import StreamingQuerySpec
@@ -31,6 +32,9 @@ class QueryContext:
     spec: StreamingQuerySpec
     cluster: QueryClusterSpec
     plan_version: int = 1
+    #: a version started by a replace with hand-off: the version before it (its drivers' first term
+    #: starts where that one's output ends)
+    previous: PreviousVersion | None = None
 
     @property
     def names(self) -> QueryNames:

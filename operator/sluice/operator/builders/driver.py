@@ -8,6 +8,7 @@ from typing import Any
 
 from sluice.core import election
 from sluice.core.naming import PLAN_FILE, PLAN_MOUNT, STATE_MOUNT
+from sluice.core.replace import PREVIOUS_VERSION_ENV
 from sluice.operator.builders.context import (
     BLOCK_MANAGER_PORT,
     DRIVER_PORT,
@@ -118,6 +119,8 @@ def driver_env(ctx: QueryContext) -> list[dict[str, Any]]:
         {"name": "SLUICE_POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
         {"name": "SLUICE_LEASE_SECONDS", "value": str(LEASE_SECONDS)},
     ]
+    if ctx.previous is not None:  # a replaced version: its first term starts where this one ended
+        env.append({"name": PREVIOUS_VERSION_ENV, "value": ctx.previous.to_json()})
     kafka = ctx.cluster.kafka
     if kafka.sasl is not None:
         env.append({"name": "SLUICE_KAFKA_SASL_MECHANISM", "value": kafka.sasl.mechanism})

@@ -1,0 +1,111 @@
+"""The first term of a replaced plan version: start where the previous version's output ends.
+
+A replace with hand-off (:mod:`sluice.core.replace`) starts plan version N+1 on a new, empty
+checkpoint. Its first holder, before any query starts:
+
+1. fences the previous version's transactional id (``init_transactions`` bumps the producer epoch
+   and aborts a transaction left open): a paused driver of version N can commit nothing more;
+2. reads the batch version N's output ends with: its exactly-once commit marker (now final), or
+   its checkpoint's last commit;
+3. reads that batch's end offsets from version N's newest checkpoint epoch (``offsets/<batch>``)
+   and starts every source of the new plan there. A topic version N did not read starts as the
+   plan says (``startingOffsets``), and is logged.
+
+Version N's checkpoint is only read, never written: a rollback resumes it as it was.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from sluice.core.plan.model import KafkaSourceV1, Plan
+from sluice.core.replace import (
+    PreviousVersion,
+    last_output_batch,
+    merged_offsets,
+    parse_offsets_log,
+    starting_offsets,
+)
+
+from sluice_runtime import epochs
+from sluice_runtime.drain import last_commit
+from sluice_runtime.kafka_security import KafkaSecurity, librdkafka_config
+from sluice_runtime.sink_exactly_once import checkpoint_id, marker_group
+
+log = logging.getLogger(__name__)
+
+
+class HandOffError(RuntimeError):
+    """The previous version's checkpoint cannot say where to start."""
+
+
+@dataclass
+class HandOffStart:
+    """Where the new version's sources start."""
+
+    checkpoint: Path | None  # the previous version's newest epoch (None: it never ran)
+    batch: int | None  # the last batch of the previous version with output
+    offsets: dict[str, str] = field(default_factory=dict)  # topic -> startingOffsets JSON
+    missing: list[str] = field(default_factory=list)  # topics that start as the plan says
+
+
+def newest_checkpoint(base: str | Path) -> Path | None:
+    """The previous version's live checkpoint: its newest epoch, else a checkpoint at the base."""
+    numbers = epochs.epochs(base)
+    if numbers:
+        return epochs.epoch_dir(base, numbers[-1])
+    return Path(base) if (Path(base) / "metadata").is_file() else None
+
+
+def fence_and_read_marker(previous: PreviousVersion, checkpoint: Path, bootstrap: str,
+                          security: KafkaSecurity, timeout: float = 30.0) -> int | None:
+    """Fence the previous version's transactional id, then read its commit marker (offset)."""
+    from confluent_kafka import Consumer, Producer, TopicPartition
+
+    producer = Producer({**librdkafka_config(bootstrap, security),
+                         "transactional.id": previous.transactional_id, "enable.idempotence": True})
+    producer.init_transactions(timeout)
+    log.info("replace: fenced the previous version's transactional id %s", previous.transactional_id)
+    group = marker_group("", checkpoint_id(checkpoint), previous.consumer_group)
+    consumer = Consumer({**librdkafka_config(bootstrap, security), "group.id": group,
+                         "enable.auto.commit": False, "isolation.level": "read_committed"})
+    try:
+        committed = consumer.committed([TopicPartition(previous.sink_topic, 0)], timeout=timeout)
+    finally:
+        consumer.close()
+    offset = committed[0].offset if committed else None
+    return offset if offset is not None and offset >= 0 else None
+
+
+def source_topics(plan: Plan) -> list[str]:
+    return sorted({s.topic for s in plan.steps if isinstance(s, KafkaSourceV1)})
+
+
+def hand_off_start(previous: PreviousVersion, plan: Plan, bootstrap: str,
+                   security: KafkaSecurity) -> HandOffStart:
+    """Where the new version starts (fences the previous version's producer first)."""
+    checkpoint = newest_checkpoint(previous.checkpoint)
+    if checkpoint is None:
+        log.warning("replace: version %s left no checkpoint under %s; sources start as the plan says",
+                    previous.version, previous.checkpoint)
+        return HandOffStart(None, None, missing=source_topics(plan))
+    marker = None
+    if previous.exactly_once:
+        marker = fence_and_read_marker(previous, checkpoint, bootstrap, security)
+    batch = last_output_batch(exactly_once=previous.exactly_once, marker=marker,
+                              last_commit=last_commit(checkpoint))
+    if batch is None:
+        log.warning("replace: version %s committed no batch; sources start as the plan says",
+                    previous.version)
+        return HandOffStart(checkpoint, None, missing=source_topics(plan))
+    log_file = checkpoint / "offsets" / str(batch)
+    try:
+        committed = merged_offsets(parse_offsets_log(log_file.read_text(encoding="utf-8")))
+    except (OSError, ValueError) as exc:
+        raise HandOffError(f"version {previous.version}: cannot read {log_file}: {exc}") from exc
+    offsets, missing = starting_offsets(source_topics(plan), committed)
+    log.info("replace: version %s ends with batch %s; starting at %s%s", previous.version, batch, offsets,
+             f" ({', '.join(missing)} as the plan says)" if missing else "")
+    return HandOffStart(checkpoint, batch, offsets, missing)
