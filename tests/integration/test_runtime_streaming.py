@@ -308,3 +308,64 @@ def _record_for(columns: list[Any], i: int) -> dict[str, Any]:
         elif t.startswith("struct"):
             rec[c.name] = {}
     return rec
+
+
+def test_a_replaced_version_starts_where_the_previous_one_s_output_ends(spark: Any, kafka: str,
+                                                                         tmp_path: Path) -> None:
+    """Replace with hand-off at run level: version 1 runs on its checkpoint (exactly-once), its
+    successor (another projection) starts on a new checkpoint at version 1's last committed
+    offsets: every order in the shared output topic exactly once, and a paused version-1 producer
+    is fenced by the successor."""
+    from sluice.core.replace import PreviousVersion
+    from sluice_runtime.kafka_security import KafkaSecurity
+    from sluice_runtime.pipeline import prepare_pipeline, start_pipeline, with_start_offsets
+    from sluice_runtime.replace import hand_off_start
+    from sluice_runtime.sink_exactly_once import FencedError, TransactionalSink
+
+    src, out, group = unique("orders"), unique("out"), unique("g")
+    create_topic(kafka, src, partitions=2)
+    create_topic(kafka, out)
+    first, second = _orders(120), _orders(80, start=120)
+    produce(kafka, src, first)
+    eos = ", delivery: exactlyOnce, key: [order_id]"
+    v1 = plan_from_yaml(_spec(src, "SELECT order_id, amount FROM orders", out, sink_extra=eos))
+    v2 = plan_from_yaml(_spec(src, "SELECT order_id, amount * 2 AS doubled FROM orders", out, sink_extra=eos))
+
+    def run(plan: Plan, prepared: Any, checkpoint: Path, tx: str) -> None:
+        pipe = start_pipeline(prepared, checkpoint=str(checkpoint), available_now=True, transactional_id=tx)
+        for q in pipe.all_queries():
+            q.awaitTermination(300)
+        assert pipe.main.exception() is None
+        assert pipe.eos_sink is not None
+        pipe.eos_sink.close()
+
+    base_v1, base_v2 = tmp_path / "v1", tmp_path / "v2"
+    prepared = prepare_pipeline(spark, v1, bootstrap=kafka, query_id=unique("q"),
+                                consumer_group=f"{group}.v1")
+    run(v1, prepared, base_v1 / "epochs" / "3", f"{group}.v1.tx")
+    assert len(consume(kafka, out, expect=len(first))) == len(first)
+    # a driver of version 1 that went quiet (paused) with its producer open
+    zombie = TransactionalSink(bootstrap=kafka, topic=out, query_id="zombie",
+                               checkpoint=str(base_v1 / "epochs" / "3"), transactional_id=f"{group}.v1.tx",
+                               consumer_group=f"{group}.v1")
+    zombie.init()
+    produce(kafka, src, second)
+
+    previous = PreviousVersion(version=1, plan_hash=v1.hash or "", checkpoint=str(base_v1),
+                               consumer_group=f"{group}.v1", transactional_id=f"{group}.v1.tx",
+                               sink_topic=out, exactly_once=True)
+    start = hand_off_start(previous, v2, kafka, KafkaSecurity())
+    assert start.checkpoint == base_v1 / "epochs" / "3" and start.missing == []
+    assert sum(json.loads(start.offsets[src])[src].values()) == len(first)
+    prepared = prepare_pipeline(spark, v2, bootstrap=kafka, query_id=unique("q"),
+                                consumer_group=f"{group}.v2")
+    run(v2, with_start_offsets(prepared, start.offsets), base_v2 / "epochs" / "4", f"{group}.v2.tx")
+
+    with pytest.raises(FencedError):
+        zombie.write_rows([(b"o0", b'{"zombie": true}')], 99)
+    records = [json.loads(v) | {"key": k.decode()} for k, v, _ in consume(kafka, out, expect=len(first) + 80)]
+    keys = [r["key"] for r in records]
+    assert len(keys) == len(set(keys)) == len(first) + len(second)  # none lost, none twice
+    assert {r["key"] for r in records if "amount" in r} == {o["order_id"] for o in first}
+    assert {r["key"] for r in records if "doubled" in r} == {o["order_id"] for o in second}
+    zombie.close()
