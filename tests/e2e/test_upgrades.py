@@ -10,7 +10,8 @@ string to INT): RolledBack automatically, the old plan runs again and processes 
 arrived meanwhile; then ``rollback: Never``: the failing plan, tried again, leaves the query
 Degraded with the error; the next edit is carried out from there, a further edit made during that
 rollout waits for it, and the operator, killed in the middle of the rollout, resumes it when it
-starts again.
+starts again; last, a second source (UNION ALL) is a replace with hand-off: plan version 2 on a
+new checkpoint starts where version 1's output ends, into the same topic.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from typing import Any
 
 import pytest
 from cluster import E2ECluster
-from test_queries import READY_TIMEOUT, cluster_doc, create_topics, query_doc
+from test_queries import READY_TIMEOUT, cluster_doc, create_topics, produce, query_doc
 from test_standby import assert_exactly_once, events
 
 from tests.support.feed import Feed
@@ -35,6 +36,9 @@ COLUMN = "SELECT id, k, upper(k) AS kk FROM events WHERE id >= 0"
 LATER = "SELECT id, k, upper(k) AS kk, lower(k) AS lk FROM events WHERE id >= 0"
 #: compiles; fails on the first record: k is "k0", "k1", ... and ANSI casts refuse it
 FAILING = "SELECT id, k, upper(k) AS kk, CAST(k AS INT) AS n FROM events WHERE id >= 0"
+#: version 2 (a replace): a second source
+UNION = f"{LATER} UNION ALL SELECT id, k, upper(k) AS kk, lower(k) AS lk FROM extra"
+EXTRA_RECORDS = 5
 #: how long one in-place upgrade may take through pods on this machine (warm-up of the new driver
 #: included)
 UPGRADE_TIMEOUT = 420.0
@@ -75,11 +79,11 @@ def upgrade_ended(cluster: E2ECluster, ns: str, generation: int, *outcomes: str)
                                  UPGRADE_TIMEOUT))
 
 
-def test_in_place_upgrades_rollback_never_edits_mid_rollout_and_an_operator_restart(
+def test_in_place_upgrades_rollback_never_edits_mid_rollout_an_operator_restart_and_a_replace(
     cluster: E2ECluster, ns: str
 ) -> None:
-    """One query, one feed, six rollouts (a query start costs a minute of JVM and Spark here)."""
-    src, out = f"{ns}-events", f"{ns}-events-out"
+    """One query, one feed, seven rollouts (a query start costs a minute of JVM and Spark here)."""
+    src, out, extra = f"{ns}-events", f"{ns}-events-out", f"{ns}-extra"
     create_topics(cluster.bootstrap, src, out)
     cluster.apply(cluster_doc(ns, cluster.bootstrap), feed_query(ns, src, out))
     feed = Feed(cluster.bootstrap, src)
@@ -150,11 +154,31 @@ def test_in_place_upgrades_rollback_never_edits_mid_rollout_and_an_operator_rest
         assert outcomes[1] == (target, "Succeeded"), outcomes  # the fix, then the later edit
         assert outcomes[2][1] == "Failed", outcomes
         assert st["phase"] in ("Running", "Starting") and not st.get("rollout"), st
+        time.sleep(3)
+
+        # 7. a second source (UNION ALL) needs a new checkpoint: a replace with hand-off (the
+        # default strategy); version 2 reads events exactly from where version 1's output ends,
+        # and the new topic from its start
+        create_topics(cluster.bootstrap, extra)
+        produce(cluster.bootstrap, extra, [{"id": -1 - i, "k": "x"} for i in range(EXTRA_RECORDS)])
+        cluster.kubectl("patch", "sq", "feed", "-n", ns, "--type=merge", "-p", json.dumps({"spec": {
+            "sources": [*feed_query(ns, src, out)["spec"]["sources"], {
+                "name": "extra", "topic": extra, "schema": [
+                    {"name": "id", "type": "int"}, {"name": "k", "type": "string"}]}],
+            "sql": UNION}}))
+        gen = int((cluster.get("streamingquery", ns, "feed") or {})["metadata"]["generation"])
+        st = upgrade_ended(cluster, ns, gen, "Succeeded")
+        last = st["lastUpgrade"]
+        assert last["decision"] == "replace" and st["plan"]["version"] == 2, last
+        assert st["identity"]["checkpointPath"] == checkpoint.rsplit("/", 1)[0] + "/v2"
+        assert last["checkpoint"] == st["identity"]["checkpointPath"] and last["gapSeconds"] is not None
+        assert [(v["version"], v["state"]) for v in st["versions"]] == [(2, "Running"), (1, "Retired")]
         time.sleep(4)
         sent = feed.stop()
-        rows = assert_exactly_once(cluster, ns, out, sent)
+        rows = assert_exactly_once(cluster, ns, out, sent, extra=EXTRA_RECORDS)
         late = [r for r in rows if sent_before <= r["id"] < sent_before + 100]
         assert late and all("kk" in r and "n" not in r for r in late), late[:3]
+        assert sorted(r["id"] for r in rows if r["id"] < 0) == list(range(-EXTRA_RECORDS, 0))
     except Exception as exc:
         raise AssertionError(f"{exc}\n{cluster.diagnostics(ns)}") from exc
     finally:
