@@ -16,7 +16,11 @@ The output gap of an event is the longest output silence from the event until ou
 again for a while; the runtime's ``gapSeconds`` (old plan's last commit to the new plan's first,
 from the Lease) is printed next to it.
 
-    python bench/bench_upgrade.py [--events 5] [--rate 20]
+* ``replace`` (``--kinds``; ``bench/bench_replace.py`` runs it against ``upgrade``): an edit of
+  query ``rep`` that adds or removes a second (empty) source with UNION ALL, a replace with
+  hand-off: plan version N+1 on a new checkpoint starts where version N's output ends.
+
+    python bench/bench_upgrade.py [--events 5] [--rate 20] [--kinds upgrade,restart]
 
 Needs nothing running: it starts the platform and the operator like ``make demo`` (and leaves them
 running). Prints one line per event, p50/p95 per kind, the ratio, and lost/duplicated records.
@@ -44,20 +48,28 @@ from bench_failover import Platform, Watcher, measure_event, print_summary, quer
 
 from tests.support.waiting import eventually  # noqa: E402
 
-KINDS = ("upgrade", "restart")
+KINDS = ("upgrade", "replace", "restart")
 FILTERS = ("id >= 0", "id > -1")
+#: the replace edits alternate between these (each adds or removes a source: a replace)
+REPLACE_SQL = ("SELECT id, k FROM events UNION ALL SELECT id, k FROM extra", "SELECT id, k FROM events")
+QUERY = {"upgrade": "up", "replace": "rep", "restart": "cold"}
 
 
 def status(p: Platform, ns: str, name: str) -> dict[str, Any]:
     return dict(json.loads(p.kubectl("get", "sq", name, "-n", ns, "-o", "json")).get("status") or {})
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def main(kinds: tuple[str, ...] = ("upgrade", "restart"), doc: str | None = None) -> int:
+    parser = argparse.ArgumentParser(description=(doc or __doc__ or "").split("\n\n")[0])
     parser.add_argument("--events", type=int, default=5)
     parser.add_argument("--rate", type=float, default=20.0)
     parser.add_argument("--state-dir", type=Path, default=REPO / ".platform")
+    parser.add_argument("--kinds", default=",".join(kinds),
+                        help=f"of {', '.join(KINDS)}; the last is the baseline")
     args = parser.parse_args()
+    chosen = [k for k in args.kinds.split(",") if k]
+    if not chosen or any(k not in KINDS for k in chosen):
+        parser.error(f"--kinds: choose from {', '.join(KINDS)}")
     p = Platform(args.state_dir)
     ns = f"bench-upgrade-{uuid.uuid4().hex[:6]}"
     p.kubectl("create", "namespace", ns)
@@ -71,12 +83,14 @@ def main() -> int:
 
     admin = AdminClient({"bootstrap.servers": p.bootstrap})
     watchers: dict[str, Watcher] = {}
-    for name in ("up", "cold"):
-        src, out = f"{ns}-{name}-in", f"{ns}-{name}-out"
+    for name in (QUERY[k] for k in chosen):
+        src, out, extra = f"{ns}-{name}-in", f"{ns}-{name}-out", f"{ns}-{name}-extra"
         for f in admin.create_topics(
-                [NewTopic(t, num_partitions=2, replication_factor=1) for t in (src, out)]).values():
+                [NewTopic(t, num_partitions=2, replication_factor=1) for t in (src, out, extra)]).values():
             f.result(30)
-        p.kubectl("apply", "-f", "-", stdin=json.dumps(query_doc(ns, name, src, out, 0)))
+        doc = query_doc(ns, name, src, out, 0)
+        doc["spec"]["sources"].append({**doc["spec"]["sources"][0], "name": "extra", "topic": extra})
+        p.kubectl("apply", "-f", "-", stdin=json.dumps(doc))
         watchers[name] = Watcher(p.bootstrap, src, out, args.rate)
 
     def settled(name: str) -> bool:
@@ -85,26 +99,28 @@ def main() -> int:
         return (p.active(ns, name) is not None and len(pods) == 1 and all(ready(x) for x in pods)
                 and not st.get("rollout"))
 
-    results: dict[str, list[tuple[float, float | None]]] = {k: [] for k in KINDS}
+    results: dict[str, list[tuple[float, float | None]]] = {k: [] for k in chosen}
     for round_ in range(args.events):
-        for kind in KINDS:
-            name = "up" if kind == "upgrade" else "cold"
+        for kind in chosen:
+            name = QUERY[kind]
             eventually(lambda n=name: settled(n), what=f"{name} settled", timeout=600, interval=0.5)
             time.sleep(5)
             before = p.lease_gap(ns, name).get("time")
             t0 = time.monotonic()
-            if kind == "upgrade":
-                sql = f"SELECT id, k FROM events WHERE {FILTERS[round_ % 2]}"
+            if kind in ("upgrade", "replace"):
+                sql = (f"SELECT id, k FROM events WHERE {FILTERS[round_ % 2]}" if kind == "upgrade"
+                       else REPLACE_SQL[round_ % 2])
                 p.kubectl("patch", "sq", name, "-n", ns, "--type=merge", "-p",
                           json.dumps({"spec": {"sql": sql}}))
                 body = json.loads(p.kubectl("get", "sq", name, "-n", ns, "-o", "json"))
                 gen = int(body["metadata"]["generation"])
-                last = eventually(lambda g=gen: (
-                    (u := status(p, ns, "up").get("lastUpgrade") or {}).get("generation") == g
+                last = eventually(lambda g=gen, n=name: (
+                    (u := status(p, ns, n).get("lastUpgrade") or {}).get("generation") == g
                     and u.get("outcome") in ("Succeeded", "RolledBack", "Failed") and u),
                     what="the upgrade to end", timeout=600, interval=0.5)
-                if last["outcome"] != "Succeeded":
-                    raise SystemExit(f"upgrade {round_ + 1} ended {last['outcome']}: {last.get('message')}")
+                if last["outcome"] != "Succeeded" or (kind == "replace") != (last["decision"] == "replace"):
+                    raise SystemExit(f"{kind} {round_ + 1} ended {last['outcome']} ({last['decision']}): "
+                                     f"{last.get('message')}")
             else:
                 pod = p.active(ns, name)
                 assert pod is not None
@@ -118,8 +134,11 @@ def main() -> int:
         sent, lost, dup = w.stop()
         print(f"query {name}: {sent} records sent, {lost} lost, {dup} duplicated (read_committed)")
     summary = print_summary(results, 8)
-    ratio = summary["upgrade"] / summary["restart"]
-    print(f"in-place upgrade (warm hand-off) vs stop-and-start: {ratio:.2f}")
+    baseline = chosen[-1]
+    for kind in chosen[:-1]:
+        print(f"{kind} vs {baseline} (output gap p50): {summary[kind] / summary[baseline]:.2f}")
+    if "replace" in chosen:
+        print(f"plan version of query rep after the replaces: {status(p, ns, 'rep')['plan']['version']}")
     p.kubectl("delete", "namespace", ns, "--wait=false")
     return 0
 

@@ -42,6 +42,7 @@ from sluice.core.classify.model import (
 from sluice.core.classify.runtime import runtime_changes
 from sluice.core.classify.steps import KNOWN_STEP_TYPES, REPLACE, TRANSPARENT, Ctx, compare_step, fmt
 from sluice.core.plan.model import PLAN_FORMAT_VERSION, STATEFUL_STEP_TYPES, Plan
+from sluice.core.replace import state_reset_note
 from sluice.core.spec import UpgradePolicy
 
 _SETTING_NAMES = {
@@ -76,11 +77,12 @@ def _decide(changes: list[Change], policy: UpgradePolicy, old: Plan, new: Plan) 
         )
     elif decision == "replace":
         how = (
-            "the new query starts reading where the old one stopped (handOff)"
+            "the new query starts reading where the old one's output ends, into the same topic (handOff)"
             if policy.replace_strategy == "handOff"
-            else "the new query re-reads its sources from the earliest offsets (backfill)"
+            else "the new query re-reads its sources from the earliest offsets (backfill; not carried "
+            "out automatically yet)"
         )
-        reasons.append(f"The query is replaced by one with a new checkpoint: {how}.")
+        reasons.append(f"The query is replaced by one with a new checkpoint: {how}; {state_reset_note(new)}.")
     elif decision == "none":
         reasons = [
             "The new plan is identical to the running plan (same hash) and so is every spec field that "
