@@ -43,6 +43,7 @@ from sluice.core.election import (
 
 from sluice_runtime import drain as drain_mod
 from sluice_runtime import epochs, reports
+from sluice_runtime.cleanup import CheckpointCleaner
 from sluice_runtime.startpoint import StartRefused, prepare_start
 
 if TYPE_CHECKING:
@@ -391,8 +392,14 @@ def _term(config: RunConfig, prepared: Prepared, state: RuntimeState, drain_requ
         record = Takeover(**{**takeover.__dict__, "gap_seconds": round(gap, 3)})
         elector.annotate({LAST_TAKEOVER: record.to_json()})
 
+    cleaner = CheckpointCleaner(elector, config.checkpoint)
+
+    def every_tick() -> None:
+        on_tick()
+        cleaner.poll()
+
     progress = reports.TermProgress(elector, plan_hash, leadership.epoch)
-    end = supervise(pipeline, state, drain_requested, elector, on_tick, progress)
+    end = supervise(pipeline, state, drain_requested, elector, every_tick, progress)
     request = elector.handoff_request
     failure = reports.query_failure(pipeline.all_queries()) if end == FAILED else None
     code = finish(pipeline, state, end)

@@ -5,9 +5,10 @@ Field names are camelCase on the wire (YAML/JSON), snake_case in Python.
 
 from __future__ import annotations
 
+import re
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 from pydantic.alias_generators import to_camel
 
 
@@ -137,3 +138,46 @@ class UpgradePolicy(SpecModel):
         description="Fail the upgrade when more than this share of the new plan's input rows go to "
         "the dead-letter topic.",
     )
+
+
+_DURATION = re.compile(r"^(?:(\d+)d)?(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?$")
+
+
+def parse_duration(text: str) -> float:
+    """Seconds of a duration such as ``30s``, ``15m``, ``24h``, ``7d`` or ``1h30m``."""
+    match = _DURATION.match(text.strip())
+    if not text.strip() or match is None or not any(match.groups()):
+        raise ValueError(f"{text!r} is not a duration such as 30s, 15m, 24h, 7d or 1h30m")
+    days, hours, minutes, seconds = (int(g or 0) for g in match.groups())
+    return float(((days * 24 + hours) * 60 + minutes) * 60 + seconds)
+
+
+class CleanupPolicy(SpecModel):
+    """What the operator removes of the plan versions a replace retired."""
+
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid")
+
+    retain_versions: int = Field(
+        default=1, ge=0, le=20,
+        description="Retired versions kept for rollback (newest first); older ones are cleaned up once "
+        "retention has passed since they were retired.",
+    )
+    delete_topics: Literal["Never", "AfterRetention"] = Field(
+        default="Never",
+        description="AfterRetention: a cleaned-up version's output and dead-letter topics are deleted too "
+        "(never a topic the running or a kept version uses).",
+    )
+    retention: str = Field(
+        default="24h",
+        description="How long a retired version is kept before it may be cleaned up (30s, 15m, 24h, 7d).",
+    )
+
+    @field_validator("retention")
+    @classmethod
+    def _retention(cls, value: str) -> str:
+        parse_duration(value)
+        return value
+
+    @property
+    def retention_seconds(self) -> float:
+        return parse_duration(self.retention)

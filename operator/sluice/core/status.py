@@ -70,6 +70,10 @@ class EventReason(StrEnum):
     STATE_DELETED = "StateDeleted"
     FAILED_OVER = "FailedOver"
     HANDED_OFF = "HandedOff"
+    CHECKPOINT_REMOVED = "CheckpointRemoved"
+    GROUPS_DELETED = "ConsumerGroupsDeleted"
+    PLAN_CONFIG_MAP_DELETED = "PlanConfigMapDeleted"
+    VERSION_CLEANED_UP = "VersionCleanedUp"
 
 
 PHASES = (

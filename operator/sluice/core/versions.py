@@ -60,3 +60,17 @@ def with_running(versions: list[dict[str, Any]] | None, record: dict[str, Any],
             item = {**item, "state": RETIRED, "retiredAt": now}
         out.append(item)
     return sorted([record, *out], key=lambda v: -int(v.get("version") or 0))
+
+
+def with_plan(versions: list[dict[str, Any]] | None, version: int, plan_hash: str,
+              config_map: str) -> list[dict[str, Any]] | None:
+    """``versions`` with version ``version`` now on another plan (an in-place upgrade); None when
+    nothing changes."""
+    out, changed = [], False
+    for item in versions or []:
+        current = (item.get("planHash"), item.get("configMap"))
+        if item.get("version") == version and current != (plan_hash, config_map):
+            item = {**item, "planHash": plan_hash, "configMap": config_map}
+            changed = True
+        out.append(item)
+    return out if changed else None

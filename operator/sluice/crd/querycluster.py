@@ -7,7 +7,7 @@ from typing import Any, ClassVar, Literal
 from pydantic import ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
-from sluice.core.spec import UpgradePolicy
+from sluice.core.spec import CleanupPolicy, UpgradePolicy
 from sluice.crd.common import (
     QUANTITY_PATTERN,
     CrdKind,
@@ -100,6 +100,9 @@ class QueryClusterSpec(CrdModel):
     storage: Storage = Field(default_factory=Storage, description="State volumes.")
     standby_replicas: int = Field(
         default=0, ge=0, le=3, description="Standby drivers per query waiting to take over."
+    )
+    cleanup: CleanupPolicy = Field(
+        default_factory=CleanupPolicy, description="Default clean-up policy of retired plan versions."
     )
     upgrade: UpgradePolicy = Field(
         default_factory=UpgradePolicy, description="Default upgrade policy of queries."

@@ -7,7 +7,7 @@ from typing import Any, ClassVar, Literal
 from pydantic import ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
-from sluice.core.spec import QuerySpec, Sink, Trigger, UpgradePolicy
+from sluice.core.spec import CleanupPolicy, QuerySpec, Sink, Trigger, UpgradePolicy
 from sluice.crd.common import CrdKind, CrdModel, Resources, StatusModel
 
 Phase = Literal[
@@ -48,6 +48,9 @@ class StreamingQuerySpec(QuerySpec):
     )
     upgrade: UpgradePolicy | None = Field(
         default=None, description="What the operator may do on edits; absent: the cluster's defaults."
+    )
+    cleanup: CleanupPolicy | None = Field(
+        default=None, description="What is removed of retired plan versions; absent: the cluster's defaults."
     )
     deletion_policy: Literal["Retain", "Delete"] = Field(
         default="Retain",
@@ -230,6 +233,15 @@ class DriversStatus(StatusModel):
     last_failover: Failover | None = Field(default=None, description="The last change of active driver.")
 
 
+class CleanupStatus(StatusModel):
+    """Where the clean-up of retired plan versions stands."""
+
+    next_due: str | None = Field(default=None, description="When the next retired version may be cleaned up.")
+    message: str | None = Field(default=None, description="What the clean-up waits for.")
+    checkpoints_removed: str | None = Field(default=None,
+                                            description="Id of the last checkpoint removal done.")
+
+
 class StreamingQueryStatus(StatusModel):
     observed_generation: int | None = None
     phase: Phase | None = None
@@ -247,6 +259,7 @@ class StreamingQueryStatus(StatusModel):
     versions: list[VersionRecord] = Field(
         default_factory=list, description="Every plan version still known: the running one and the retired "
         "ones (what each created).")
+    cleanup: CleanupStatus | None = Field(default=None, description="The clean-up of retired versions.")
 
 
 class StreamingQuery(CrdModel, CrdKind):

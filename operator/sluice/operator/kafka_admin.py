@@ -99,6 +99,34 @@ class TopicAdmin:
         return True
 
 
+    def groups(self) -> list[str]:
+        """Every consumer group the brokers know."""
+        try:
+            result = self.client.list_consumer_groups(request_timeout=self.timeout).result()
+        except Exception as exc:
+            raise KafkaUnavailable(f"cannot list consumer groups: {exc}") from exc
+        return sorted(g.group_id for g in result.valid)
+
+    def delete_groups(self, names: list[str]) -> list[str]:
+        """Delete the groups (each must be empty: no member); returns those deleted now."""
+        from confluent_kafka import KafkaError
+
+        if not names:
+            return []
+        futures = self.client.delete_consumer_groups(names, request_timeout=self.timeout)
+        deleted = []
+        for name, future in futures.items():
+            try:
+                future.result()
+                deleted.append(name)
+            except Exception as exc:
+                err = exc.args[0] if exc.args else None
+                if getattr(err, "code", lambda: None)() == KafkaError.GROUP_ID_NOT_FOUND:
+                    continue
+                raise KafkaUnavailable(f"cannot delete consumer group {name!r}: {exc}") from exc
+        return sorted(deleted)
+
+
 def sink_topic_settings(spec_partitions: int | None, spec_replication: int | None,
                         kafka: KafkaSettings) -> tuple[int, int]:
     """Partitions and replication of a new sink topic: the spec's, else the cluster's defaults."""

@@ -31,7 +31,7 @@ from sluice.core.status import EventReason, Facts
 from sluice.core.versions import version_record, with_running
 from sluice.crd.querycluster import QueryClusterSpec
 from sluice.crd.streamingquery import StreamingQuerySpec
-from sluice.operator import upgrade
+from sluice.operator import cleanup, upgrade
 from sluice.operator.builders.context import QueryContext
 from sluice.operator.common import QueryRun
 from sluice.operator.workload import _converge, _ensure_plan_config_map, _identity_status
@@ -92,7 +92,10 @@ def advance(run: QueryRun, ctx: QueryContext, spec: StreamingQuerySpec, cluster:
             return _converge(run, upgrade.rollout_context(ctx, rollout), rollout["targetHash"],
                              rollout["targetConfigMap"] or ctx.names.plan_config_map(rollout["targetHash"]))
         else:  # steady or wait: keep the workload converged on the pinned plan
-            return _converge(run, ctx, run.status["plan"]["hash"], run.status["plan"]["configMap"])
+            ready = _converge(run, ctx, run.status["plan"]["hash"], run.status["plan"]["configMap"])
+            if action.kind == "steady":  # nothing in flight: what retired versions left may go
+                cleanup.clean_up(run, ctx, cluster)
+            return ready
     return ready
 
 

@@ -35,7 +35,7 @@ from sluice.core.rollout import (
 )
 from sluice.core.spec import UpgradePolicy
 from sluice.core.status import EventReason, Facts, Reason, StatusProblem
-from sluice.core.versions import version_record, with_running
+from sluice.core.versions import version_record, with_plan, with_running
 from sluice.operator.builders.context import QueryContext
 from sluice.operator.common import QueryRun
 from sluice.operator.driverlease import driver_selector
@@ -152,8 +152,13 @@ def _succeeded(run: QueryRun, ctx: QueryContext, rollout: dict[str, Any], record
     if is_replace(rollout):
         updates["identity"] = _identity_status(target)
         updates["versions"] = _versions_after_replace(run, ctx, target, rollout, now)
-    elif stable.get("handOffFrom"):  # the drivers keep the environment they run with
-        pinned["handOffFrom"] = stable["handOffFrom"]
+    else:
+        if stable.get("handOffFrom"):  # the drivers keep the environment they run with
+            pinned["handOffFrom"] = stable["handOffFrom"]
+        versions = with_plan(run.status.get("versions"), ctx.plan_version, rollout["targetHash"],
+                             rollout["targetConfigMap"])
+        if versions is not None:
+            updates["versions"] = versions
     run.write(updates, Facts(generation=run.generation, plan_pinned=True, suspended=ctx.spec.suspend,
                              driver_ready=True))
     gap = upgrade.get("gapSeconds")

@@ -7,15 +7,19 @@ body of the event that woke it (an earlier reconcile may have written the status
 
 from __future__ import annotations
 
+import datetime as dt
 import threading
 from typing import Any
 
+from sluice.core.gate import parse_time
 from sluice.core.rollout import GATED
 from sluice.operator.handlers._common import as_dict, env, kopf_errors
 from sluice.operator.reconcile import reconcile_query
 
 #: seconds between evaluations of a rollout's health gate
 GATE_INTERVAL = 2.0
+#: how often a query whose clean-up is due is reconciled
+CLEANUP_INTERVAL = 5.0
 
 _LOCKS: dict[str, threading.Lock] = {}
 _LOCKS_GUARD = threading.Lock()
@@ -24,6 +28,12 @@ _LOCKS_GUARD = threading.Lock()
 def _lock(uid: str) -> threading.Lock:
     with _LOCKS_GUARD:
         return _LOCKS.setdefault(uid, threading.Lock())
+
+
+def cleanup_due(status: Any = None, **_: Any) -> bool:
+    """Whether a retired plan version may be cleaned up now (or the clean-up waits on something)."""
+    due = parse_time(((status or {}).get("cleanup") or {}).get("nextDue"))
+    return due is not None and due <= dt.datetime.now(dt.UTC)
 
 
 def rollout_in_flight(status: Any = None, **_: Any) -> bool:

@@ -1,0 +1,114 @@
+"""Clean-up of retired plan versions: carries out what :mod:`sluice.core.cleanup` decides.
+
+Called by the rollout executor when no rollout is in flight. Every step is idempotent and the
+version's entry leaves ``status.versions`` last, so an operator killed at any point does the rest
+when it reconciles again; every removal is an event.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+from typing import Any
+
+from sluice.core import cleanup as plan_mod
+from sluice.core.cleanup import CLEANUP_REQUEST, CleanupRequest
+from sluice.core.election import lease_name
+from sluice.core.gate import parse_time
+from sluice.core.spec import CleanupPolicy
+from sluice.core.status import EventReason
+from sluice.crd.querycluster import QueryClusterSpec
+from sluice.operator.builders.context import QueryContext
+from sluice.operator.common import QueryRun
+from sluice.operator.kafka_admin import KafkaUnavailable
+
+log = logging.getLogger("sluice.operator")
+
+
+def policy_of(ctx: QueryContext) -> CleanupPolicy:
+    return ctx.spec.cleanup or ctx.cluster.cleanup
+
+
+def clean_up(run: QueryRun, ctx: QueryContext, cluster: QueryClusterSpec) -> None:
+    """Clean up what the due retired versions left; record when the next one falls due."""
+    versions = list(run.status.get("versions") or [])
+    if not any(v.get("state") == "Retired" for v in versions):
+        if run.status.get("cleanup"):
+            run.write({"cleanup": None})
+        return
+    policy = policy_of(ctx)
+    now = parse_time(run.env.clock()) or dt.datetime.now(dt.UTC)
+    decided = plan_mod.plan_cleanup(versions, policy, now)
+    next_due = decided.next_due.strftime("%Y-%m-%dT%H:%M:%SZ") if decided.next_due else None
+    if not decided.due:
+        if (run.status.get("cleanup") or {}).get("nextDue") != next_due:
+            run.write({"cleanup": {"nextDue": next_due} if next_due else None})
+        return
+    waiting = _remove_checkpoints(run, ctx, decided.due)
+    if waiting:
+        run.write({"cleanup": {"nextDue": run.env.clock(), "message": waiting}})
+        return
+    try:
+        admin = run.env.topic_admin(run.ns, cluster)
+        existing = admin.groups()
+        for item in decided.due:
+            groups = admin.delete_groups(plan_mod.groups_to_delete(item, existing, decided.kept))
+            if groups:
+                run.event("Normal", EventReason.GROUPS_DELETED,
+                          f"plan version {item['version']}: deleted consumer groups {', '.join(groups)}")
+            for topic in plan_mod.topics_to_delete(item, decided.kept, policy):
+                if admin.delete_topic(topic):
+                    run.event("Normal", EventReason.TOPIC_DELETED,
+                              f"plan version {item['version']}: deleted topic {topic!r}")
+    except KafkaUnavailable as exc:
+        run.write({"cleanup": {"nextDue": run.env.clock(), "message": f"Kafka: {exc}"}})
+        return
+    _delete_config_maps(run, ctx, decided.kept)
+    gone = {int(v["version"]) for v in decided.due}
+    run.write({"versions": [v for v in versions if int(v.get("version") or 0) not in gone],
+               "cleanup": {"nextDue": next_due} if next_due else None})
+    for item in decided.due:
+        run.event("Normal", EventReason.VERSION_CLEANED_UP,
+                  f"plan version {item['version']} cleaned up (retired {item.get('retiredAt')}); "
+                  f"its transactional id {item.get('transactionalId')} expires on the brokers by itself")
+
+
+def _remove_checkpoints(run: QueryRun, ctx: QueryContext, due: list[dict[str, Any]]) -> str | None:
+    """Ask the active driver to remove the due versions' checkpoints; a message while it has not."""
+    paths = [str(v["checkpointPath"]) for v in due if v.get("checkpointPath")]
+    if not paths:
+        return None
+    request = CleanupRequest.for_paths(paths)
+    name = lease_name(ctx.names.base)
+    lease = run.env.kube.get("Lease", run.ns, name)
+    annotations = ((lease or {}).get("metadata") or {}).get("annotations") or {}
+    if annotations.get(plan_mod.CLEANUP_DONE) == request.id:
+        if (run.status.get("cleanup") or {}).get("checkpointsRemoved") != request.id:
+            run.write({"cleanup": {**(run.status.get("cleanup") or {}), "checkpointsRemoved": request.id}})
+            run.event("Normal", EventReason.CHECKPOINT_REMOVED,
+                      f"the active driver removed {', '.join(request.paths)}")
+        return None
+    if (run.status.get("cleanup") or {}).get("checkpointsRemoved") == request.id:
+        return None  # done before (the Lease was re-created since)
+    if lease is None:
+        return "waiting for the driver Lease"
+    if annotations.get(CLEANUP_REQUEST) != request.to_json():
+        run.env.kube.patch("Lease", run.ns, name,
+                           {"metadata": {"annotations": {CLEANUP_REQUEST: request.to_json()}}})
+    if ctx.spec.suspend:
+        return f"suspended: {', '.join(request.paths)} will be removed by the next active driver"
+    return f"waiting for the active driver to remove {', '.join(request.paths)}"
+
+
+def _delete_config_maps(run: QueryRun, ctx: QueryContext, kept: list[dict[str, Any]]) -> None:
+    needed = {str(v.get("configMap")) for v in kept if v.get("configMap")}
+    pinned = run.status.get("plan") or {}
+    needed.add(str(pinned.get("configMap")))
+    rollout = run.status.get("rollout") or {}
+    needed.update(str(rollout.get(k)) for k in ("targetConfigMap",) if rollout.get(k))
+    existing = [str(cm["metadata"]["name"]) for cm in
+                run.env.kube.list("ConfigMap", run.ns, f"sluice.dev/query={ctx.names.base}")
+                if str(cm["metadata"]["name"]).startswith(f"{ctx.names.base}-plan-")]
+    for name in plan_mod.config_maps_to_delete(existing, needed):
+        if run.env.kube.delete("ConfigMap", run.ns, name):
+            run.event("Normal", EventReason.PLAN_CONFIG_MAP_DELETED, f"deleted plan ConfigMap {name}")
