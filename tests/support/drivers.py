@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from sluice.core.cleanup import CLEANUP_DONE, pending_cleanup
 from sluice.core.driverreport import DRIVER_ERROR, HOLDER_PROGRESS, DriverError, Progress
 from sluice.core.election import HOLDER_PLAN, LAST_TAKEOVER, Takeover
 from sluice.operator.kube import Kube
@@ -52,6 +53,17 @@ class DriverSide:
         assert old is not None
         ann[HOLDER_PROGRESS] = Progress(old.plan_hash, old.epoch, batches, batches).to_json()
         self.k.replace(lease)
+
+    def clean_up(self) -> tuple[str, ...]:
+        """The holder carries out the operator's clean-up request (``sluice_runtime.cleanup``):
+        answers it on the Lease; returns the paths it was asked to remove."""
+        lease = self.lease()
+        ann = lease["metadata"].setdefault("annotations", {})
+        request = pending_cleanup(ann)
+        assert request is not None, "no clean-up request on the Lease"
+        ann[CLEANUP_DONE] = request.id
+        self.k.replace(lease)
+        return request.paths
 
     def fail(self, plan_hash: str, message: str, time: str = T_ERROR) -> None:
         """The driver pod of ``plan_hash`` reports that its query terminated with an exception."""
