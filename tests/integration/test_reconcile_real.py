@@ -215,10 +215,13 @@ def test_delete_with_retain_keeps_claim_and_topic(world: World) -> None:
     w = world
     w.add_query()
     reconcile_query(w.env, w.current())
+    group = w.status()["identity"]["consumerGroup"]
+    w.commit_groups(group, f"{group}.eos.1")
     w.delete_after_drain(retry=0, runtime_seconds=0)
     assert w.deployment()["spec"]["replicas"] == 0
     assert len(w.of_kind("PersistentVolumeClaim")) == 1
     assert w.topic_partitions() == {w.topic: 1}
+    assert {group, f"{group}.eos.1"} <= w.groups()  # resumed by a query created again
     assert "StateRetained" in w.reasons()
 
 
@@ -227,13 +230,16 @@ def test_delete_with_delete_removes_claim_and_topic(world: World) -> None:
     w.add_query(deletionPolicy="Delete")
     reconcile_query(w.env, w.current())
     assert w.of_kind("PersistentVolumeClaim")[0]["metadata"]["ownerReferences"]
+    group = w.status()["identity"]["consumerGroup"]
+    w.commit_groups(group, f"{group}.eos.1")
     w.delete_after_drain(retry=0, runtime_seconds=0)
     eventually(lambda: not [c for c in w.of_kind("PersistentVolumeClaim")
                             if not c["metadata"].get("deletionTimestamp")],
                what="the state claim is gone")
     eventually(lambda: w.topic_partitions() == {}, what="the sink topic is gone from the broker")
     assert [m for r, m in w.events if r == "TopicDeleted"] == [f"deleted topic {w.topic!r}"]
-    assert {"TopicDeleted", "StateDeleted"} <= set(w.reasons())
+    assert not {group, f"{group}.eos.1"} & w.groups()  # every version's groups, from status.versions
+    assert {"TopicDeleted", "StateDeleted", "ConsumerGroupsDeleted"} <= set(w.reasons())
 
 
 def test_delete_never_hangs_when_kafka_is_gone(world: World) -> None:

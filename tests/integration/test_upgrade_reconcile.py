@@ -379,29 +379,12 @@ def test_a_replace_that_fails_its_gate_resumes_the_old_version(world: World) -> 
     assert [(v["version"], v["state"]) for v in status["versions"]] == [(1, "Running")]
 
 
-def marker_and_group(w: World, group: str) -> None:
-    """Consumer groups with committed offsets, as a version's source and exactly-once marker leave."""
-    from confluent_kafka import Consumer, TopicPartition
-
-    for name in (group, f"{group}.eos.8a0e"):
-        consumer = Consumer({"bootstrap.servers": w.kafka, "group.id": name, "enable.auto.commit": False})
-        consumer.commit(offsets=[TopicPartition(w.topic, 0, 1)], asynchronous=False)
-        consumer.close()
-
-
-def broker_groups(w: World) -> set[str]:
-    from confluent_kafka.admin import AdminClient
-
-    admin = AdminClient({"bootstrap.servers": w.kafka})
-    return {g.group_id for g in admin.list_consumer_groups(request_timeout=10).result().valid}
-
-
 def test_a_retired_version_is_cleaned_up_after_retention_across_an_operator_restart(world: World) -> None:
     w, drivers = world, DriverSide(world.k.api, world.ns)
     w.add_query(cleanup={"retainVersions": 0, "retention": "1h", "deleteTopics": "AfterRetention"})
     reconcile_query(w.env, w.current())
     v1 = w.status()["versions"][0]
-    marker_and_group(w, v1["consumerGroup"])
+    w.commit_groups(v1["consumerGroup"], f"{v1['consumerGroup']}.eos.8a0e")
     drivers.take_over(v1["planHash"], batches=5)
     reconcile_query(w.env, replace_edit(w))
     drivers.take_over(w.status()["rollout"]["targetHash"], batches=3)
@@ -409,7 +392,7 @@ def test_a_retired_version_is_cleaned_up_after_retention_across_an_operator_rest
     status = w.status()
     assert [(v["version"], v["state"]) for v in status["versions"]] == [(2, "Running"), (1, "Retired")]
     assert status["cleanup"] == {"nextDue": "2026-01-01T01:00:00Z"}  # retired now, kept for an hour
-    assert {v1["consumerGroup"], f"{v1['consumerGroup']}.eos.8a0e"} <= broker_groups(w)
+    assert {v1["consumerGroup"], f"{v1['consumerGroup']}.eos.8a0e"} <= w.groups()
 
     # the hour has passed: the active driver is asked to remove version 1's checkpoint
     w.env.clock = lambda: "2026-01-01T01:00:01Z"
@@ -427,7 +410,7 @@ def test_a_retired_version_is_cleaned_up_after_retention_across_an_operator_rest
     status = w.status()
     assert [(v["version"], v["state"]) for v in status["versions"]] == [(2, "Running")]
     assert not status.get("cleanup")
-    assert not {v1["consumerGroup"], f"{v1['consumerGroup']}.eos.8a0e"} & broker_groups(w)
+    assert not {v1["consumerGroup"], f"{v1['consumerGroup']}.eos.8a0e"} & w.groups()
     assert w.topic in w.topic_partitions()  # version 2 writes to it: never deleted
     assert [cm["metadata"]["name"] for cm in w.of_kind("ConfigMap")] == [status["plan"]["configMap"]]
     reasons = w.reasons()

@@ -156,6 +156,23 @@ class World:
         meta = AdminClient({"bootstrap.servers": self.kafka}).list_topics(timeout=10)
         return {t: len(m.partitions) for t, m in meta.topics.items() if t == self.topic}
 
+    def commit_groups(self, *groups: str) -> None:
+        """Consumer groups with a committed offset, as a version's sources and exactly-once markers
+        leave them."""
+        from confluent_kafka import Consumer, TopicPartition
+
+        for name in groups:
+            consumer = Consumer({"bootstrap.servers": self.kafka, "group.id": name,
+                                 "enable.auto.commit": False})
+            consumer.commit(offsets=[TopicPartition(self.topic, 0, 1)], asynchronous=False)
+            consumer.close()
+
+    def groups(self) -> set[str]:
+        from confluent_kafka.admin import AdminClient
+
+        admin = AdminClient({"bootstrap.servers": self.kafka})
+        return {g.group_id for g in admin.list_consumer_groups(request_timeout=10).result().valid}
+
     def kafka_down(self) -> None:
         self.edit_cluster(kafka={"bootstrapServers": closed_port_address()})
 

@@ -7,12 +7,14 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from sluice.core import cleanup
+from sluice.core.spec import CleanupPolicy
 from sluice.core.status import EventReason, Facts
 from sluice.crd.querycluster import QueryClusterSpec
 from sluice.crd.streamingquery import StreamingQuerySpec
 from sluice.operator import driverlease
 from sluice.operator.common import DEFAULT_CLUSTER, Env, QueryRun, Retry, backoff
-from sluice.operator.kafka_admin import KafkaUnavailable
+from sluice.operator.kafka_admin import KafkaUnavailable, TopicAdmin
 from sluice.operator.kube import KubeError
 
 log = logging.getLogger("sluice.operator")
@@ -71,6 +73,7 @@ def delete_query(env: Env, body: dict[str, Any], retry: int, runtime_seconds: fl
                 admin = env.topic_admin(ns, cluster)
                 if admin.delete_topic(spec.sink.topic):
                     run.event("Normal", EventReason.TOPIC_DELETED, f"deleted topic {spec.sink.topic!r}")
+                _delete_inventory(run, admin)
             except (KafkaUnavailable, Retry) as exc:
                 if retry < KAFKA_DELETE_RETRIES:
                     raise Retry(f"cannot delete the output topic yet: {exc}", backoff(retry, 2)) from exc
@@ -90,3 +93,21 @@ def delete_query(env: Env, body: dict[str, Any], retry: int, runtime_seconds: fl
             run.event("Normal", EventReason.STATE_RETAINED,
                       f"kept state volume claim {names.state_claim} and the output topic")
     env.metrics.phase(f"{ns}/{name}", None)
+
+
+def _delete_inventory(run: QueryRun, admin: TopicAdmin) -> None:
+    """``deletionPolicy: Delete``: what every plan version recorded in ``status.versions`` created
+    on the brokers (dead-letter and output topics, consumer and exactly-once marker groups)."""
+    versions = list(run.status.get("versions") or [])
+    if not versions:
+        return
+    everything = CleanupPolicy(delete_topics="AfterRetention")
+    existing = admin.groups()
+    for item in versions:
+        for topic in cleanup.topics_to_delete(item, [], everything):
+            if admin.delete_topic(topic):
+                run.event("Normal", EventReason.TOPIC_DELETED, f"deleted topic {topic!r}")
+        groups = admin.delete_groups(cleanup.groups_to_delete(item, existing, []))
+        if groups:
+            run.event("Normal", EventReason.GROUPS_DELETED,
+                      f"plan version {item.get('version')}: deleted consumer groups {', '.join(groups)}")
