@@ -10,8 +10,9 @@ string to INT): RolledBack automatically, the old plan runs again and processes 
 arrived meanwhile; then ``rollback: Never``: the failing plan, tried again, leaves the query
 Degraded with the error; the next edit is carried out from there, a further edit made during that
 rollout waits for it, and the operator, killed in the middle of the rollout, resumes it when it
-starts again; last, a second source (UNION ALL) is a replace with hand-off: plan version 2 on a
-new checkpoint starts where version 1's output ends, into the same topic.
+starts again; then a second source (UNION ALL) is a replace with hand-off: plan version 2 on a
+new checkpoint starts where version 1's output ends, into the same topic; last, version 1 is
+cleaned up once its retention (20 s) has passed.
 """
 
 from __future__ import annotations
@@ -42,6 +43,13 @@ EXTRA_RECORDS = 5
 #: how long one in-place upgrade may take through pods on this machine (warm-up of the new driver
 #: included)
 UPGRADE_TIMEOUT = 420.0
+
+
+def groups(bootstrap: str) -> list[str]:
+    from confluent_kafka.admin import AdminClient
+
+    listed = AdminClient({"bootstrap.servers": bootstrap}).list_consumer_groups(request_timeout=10).result()
+    return [g.group_id for g in listed.valid]
 
 
 def feed_query(ns: str, src: str, out: str, **extra: Any) -> dict[str, Any]:
@@ -85,7 +93,8 @@ def test_in_place_upgrades_rollback_never_edits_mid_rollout_an_operator_restart_
     """One query, one feed, seven rollouts (a query start costs a minute of JVM and Spark here)."""
     src, out, extra = f"{ns}-events", f"{ns}-events-out", f"{ns}-extra"
     create_topics(cluster.bootstrap, src, out)
-    cluster.apply(cluster_doc(ns, cluster.bootstrap), feed_query(ns, src, out))
+    cluster.apply(cluster_doc(ns, cluster.bootstrap),
+                  feed_query(ns, src, out, cleanup={"retainVersions": 0, "retention": "20s"}))
     feed = Feed(cluster.bootstrap, src)
     operator_stopped = False
     try:
@@ -173,6 +182,16 @@ def test_in_place_upgrades_rollback_never_edits_mid_rollout_an_operator_restart_
         assert st["identity"]["checkpointPath"] == checkpoint.rsplit("/", 1)[0] + "/v2"
         assert last["checkpoint"] == st["identity"]["checkpointPath"] and last["gapSeconds"] is not None
         assert [(v["version"], v["state"]) for v in st["versions"]] == [(2, "Running"), (1, "Retired")]
+        v1_group = st["versions"][1]["consumerGroup"]
+        assert any(g.startswith(v1_group + ".eos.") for g in groups(cluster.bootstrap))
+
+        # 8. version 1 is cleaned up 20 s after it retired: its checkpoint (by the active driver),
+        # its consumer and marker groups, its plan ConfigMaps; output goes on undisturbed
+        cluster.wait_for("version 1 cleaned up", lambda: [
+            (v["version"], v["state"]) for v in status(cluster, ns).get("versions", [])
+        ] == [(2, "Running")], 120)
+        assert events(cluster, ns, "CheckpointRemoved") and events(cluster, ns, "VersionCleanedUp")
+        assert not [g for g in groups(cluster.bootstrap) if g == v1_group or g.startswith(v1_group + ".")]
         time.sleep(4)
         sent = feed.stop()
         rows = assert_exactly_once(cluster, ns, out, sent, extra=EXTRA_RECORDS)
