@@ -12,7 +12,7 @@ Degraded with the error; the next edit is carried out from there, a further edit
 rollout waits for it, and the operator, killed in the middle of the rollout, resumes it when it
 starts again; then a second source (UNION ALL) is a replace with hand-off: plan version 2 on a
 new checkpoint starts where version 1's output ends, into the same topic; last, version 1 is
-cleaned up once its retention (20 s) has passed.
+cleaned up once its retention (5 s) has passed.
 """
 
 from __future__ import annotations
@@ -94,7 +94,7 @@ def test_in_place_upgrades_rollback_never_edits_mid_rollout_an_operator_restart_
     src, out, extra = f"{ns}-events", f"{ns}-events-out", f"{ns}-extra"
     create_topics(cluster.bootstrap, src, out)
     cluster.apply(cluster_doc(ns, cluster.bootstrap),
-                  feed_query(ns, src, out, cleanup={"retainVersions": 0, "retention": "20s"}))
+                  feed_query(ns, src, out, cleanup={"retainVersions": 0, "retention": "5s"}))
     feed = Feed(cluster.bootstrap, src)
     operator_stopped = False
     try:
@@ -185,7 +185,7 @@ def test_in_place_upgrades_rollback_never_edits_mid_rollout_an_operator_restart_
         v1_group = st["versions"][1]["consumerGroup"]
         assert any(g.startswith(v1_group + ".eos.") for g in groups(cluster.bootstrap))
 
-        # 8. version 1 is cleaned up 20 s after it retired: its checkpoint (by the active driver),
+        # 8. version 1 is cleaned up 5 s after it retired: its checkpoint (by the active driver),
         # its consumer and marker groups, its plan ConfigMaps; output goes on undisturbed
         cluster.wait_for("version 1 cleaned up", lambda: [
             (v["version"], v["state"]) for v in status(cluster, ns).get("versions", [])
