@@ -255,13 +255,10 @@ def start_rollback(run: QueryRun, ctx: QueryContext, rollout: dict[str, Any], re
 
 def _back_is_in_place(run: QueryRun, ctx: QueryContext, rollout: dict[str, Any]) -> bool:
     """The classifier's word on going from the target plan back to the stable one."""
-    stable = run.status.get("plan") or {}
-    target_cm = run.env.kube.get("ConfigMap", run.ns, rollout.get("targetConfigMap") or "")
-    stable_cm = run.env.kube.get("ConfigMap", run.ns, stable.get("configMap") or "")
-    if target_cm is None or stable_cm is None:
+    new = _plan_of(run, rollout.get("targetConfigMap"))
+    old = _plan_of(run, (run.status.get("plan") or {}).get("configMap"))
+    if new is None or old is None:
         return False
-    new = Plan.from_json(target_cm["data"][PLAN_FILE])
-    old = Plan.from_json(stable_cm["data"][PLAN_FILE])
     result = run.env.classify(new, old, ctx.spec.upgrade or ctx.cluster.upgrade)
     return str(result.decision) in ("none", "in-place")
 
