@@ -48,8 +48,8 @@ UPGRADE_TIMEOUT = 420.0
 def groups(bootstrap: str) -> list[str]:
     from confluent_kafka.admin import AdminClient
 
-    listed = AdminClient({"bootstrap.servers": bootstrap}).list_consumer_groups(request_timeout=10).result()
-    return [g.group_id for g in listed.valid]
+    admin = AdminClient({"bootstrap.servers": bootstrap})  # kept alive until the answer came
+    return [g.group_id for g in admin.list_consumer_groups(request_timeout=10).result().valid]
 
 
 def feed_query(ns: str, src: str, out: str, **extra: Any) -> dict[str, Any]:
