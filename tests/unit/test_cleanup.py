@@ -111,3 +111,13 @@ def test_the_driver_removes_what_it_may_and_keeps_the_rest(tmp_path: Path) -> No
     removed = remove((str(base / "v1"), str(base / "v3"), str(base / "v9")), str(base / "v3"))
     assert removed == [str(base / "v1"), str(base / "v9")]  # gone already counts as removed
     assert not (base / "v1").exists() and (base / "v2").exists() and (base / "v3" / "epochs").exists()
+
+
+def test_the_cleanup_timer_runs_while_a_clean_up_is_pending_and_reconciles_once_it_is_due() -> None:
+    from sluice.operator.handlers.query_reconcile import cleanup_due, cleanup_pending
+
+    later = {"cleanup": {"nextDue": "2999-01-01T00:00:00Z"}}
+    # kopf evaluates a timer's filter on the object's events only: it must not wait for the time
+    assert cleanup_pending(status=later) and not cleanup_due(later)
+    assert cleanup_due({"cleanup": {"nextDue": "2000-01-01T00:00:00Z"}})
+    assert not cleanup_pending(status={}) and not cleanup_pending(status={"cleanup": None})

@@ -61,7 +61,7 @@ def build_registry(login: Any = None) -> kopf.OperatorRegistry:
                   when=query_reconcile.rollout_in_flight)(query_reconcile.handle)
     # retired plan versions are cleaned up once their retention has passed
     kopf.on.timer(*SQ, registry=registry, id="cleanup", interval=query_reconcile.CLEANUP_INTERVAL,
-                  when=query_reconcile.cleanup_due)(query_reconcile.handle)
+                  when=query_reconcile.cleanup_pending)(query_reconcile.cleanup_tick)
     kopf.on.delete(*SQ, registry=registry, id="finalize", backoff=5)(query_delete.handle)
     kopf.on.event("apps", "v1", "deployments", registry=registry, id="driver-readiness",
                   labels=MANAGED)(query_driver.handle)  # type: ignore[arg-type]

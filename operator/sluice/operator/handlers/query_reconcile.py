@@ -30,10 +30,22 @@ def _lock(uid: str) -> threading.Lock:
         return _LOCKS.setdefault(uid, threading.Lock())
 
 
-def cleanup_due(status: Any = None, **_: Any) -> bool:
+def cleanup_pending(status: Any = None, **_: Any) -> bool:
+    """Whether a retired plan version waits to be cleaned up (the timer's filter: kopf evaluates
+    filters on the object's events only, so it must not depend on the time)."""
+    return bool(((status or {}).get("cleanup") or {}).get("nextDue"))
+
+
+def cleanup_due(status: Any = None) -> bool:
     """Whether a retired plan version may be cleaned up now (or the clean-up waits on something)."""
     due = parse_time(((status or {}).get("cleanup") or {}).get("nextDue"))
     return due is not None and due <= dt.datetime.now(dt.UTC)
+
+
+def cleanup_tick(body: Any, status: Any = None, **kwargs: Any) -> None:
+    """The clean-up timer: reconcile once ``status.cleanup.nextDue`` has come, else nothing."""
+    if cleanup_due(status):
+        handle(body, **kwargs)
 
 
 def rollout_in_flight(status: Any = None, **_: Any) -> bool:
