@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING
 
-from sluice.core.plan.model import Plan
+from sluice.core.plan.model import KafkaSourceV1, Plan
 
 from sluice_runtime.steps import BuildContext, builder_for
 
@@ -17,6 +17,11 @@ if TYPE_CHECKING:
 def query_name(query_id: str, suffix: str = "") -> str:
     base = re.sub(r"[^A-Za-z0-9_.-]", "_", query_id)
     return f"sluice-{base}{suffix}"
+
+
+def source_topics(plan: Plan) -> list[str]:
+    """The topics the plan's sources read."""
+    return sorted({s.topic for s in plan.steps if isinstance(s, KafkaSourceV1)})
 
 
 def build_frames(plan: Plan, ctx: BuildContext) -> dict[str, DataFrame]:

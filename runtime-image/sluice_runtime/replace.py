@@ -20,7 +20,7 @@ import logging
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from sluice.core.plan.model import KafkaSourceV1, Plan
+from sluice.core.plan.model import Plan
 from sluice.core.replace import (
     PreviousVersion,
     last_output_batch,
@@ -31,8 +31,9 @@ from sluice.core.replace import (
 
 from sluice_runtime import epochs
 from sluice_runtime.drain import last_commit
-from sluice_runtime.kafka_security import KafkaSecurity, librdkafka_config
-from sluice_runtime.sink_exactly_once import checkpoint_id, marker_group
+from sluice_runtime.frames import source_topics
+from sluice_runtime.kafka_security import KafkaSecurity
+from sluice_runtime.sink_exactly_once import TransactionalSink
 
 log = logging.getLogger(__name__)
 
@@ -60,27 +61,19 @@ def newest_checkpoint(base: str | Path) -> Path | None:
 
 
 def fence_and_read_marker(previous: PreviousVersion, checkpoint: Path, bootstrap: str,
-                          security: KafkaSecurity, timeout: float = 30.0) -> int | None:
-    """Fence the previous version's transactional id, then read its commit marker (offset)."""
-    from confluent_kafka import Consumer, Producer, TopicPartition
-
-    producer = Producer({**librdkafka_config(bootstrap, security),
-                         "transactional.id": previous.transactional_id, "enable.idempotence": True})
-    producer.init_transactions(timeout)
-    log.info("replace: fenced the previous version's transactional id %s", previous.transactional_id)
-    group = marker_group("", checkpoint_id(checkpoint), previous.consumer_group)
-    consumer = Consumer({**librdkafka_config(bootstrap, security), "group.id": group,
-                         "enable.auto.commit": False, "isolation.level": "read_committed"})
+                          security: KafkaSecurity) -> int | None:
+    """Fence the previous version's transactional id, then read its commit marker (offset): what
+    a restarted driver of that version does, with its own exactly-once sink."""
+    sink = TransactionalSink(bootstrap=bootstrap, topic=previous.sink_topic, query_id="",
+                             checkpoint=str(checkpoint), security=security,
+                             transactional_id=previous.transactional_id,
+                             consumer_group=previous.consumer_group)
     try:
-        committed = consumer.committed([TopicPartition(previous.sink_topic, 0)], timeout=timeout)
+        last = sink.fence()
+        log.info("replace: fenced the previous version's transactional id %s", previous.transactional_id)
+        return None if last is None else last + 1
     finally:
-        consumer.close()
-    offset = committed[0].offset if committed else None
-    return offset if offset is not None and offset >= 0 else None
-
-
-def source_topics(plan: Plan) -> list[str]:
-    return sorted({s.topic for s in plan.steps if isinstance(s, KafkaSourceV1)})
+        sink.close()
 
 
 def hand_off_start(previous: PreviousVersion, plan: Plan, bootstrap: str,

@@ -114,6 +114,13 @@ class TransactionalSink:
         self._producer.init_transactions(30)
         log.info("exactly-once sink: initialised transactional.id %s", conf["transactional.id"])
 
+    def fence(self) -> int | None:
+        """:meth:`init`, then read the batch marker: the last batch committed under this
+        transactional id and checkpoint (final now that every older producer is fenced)."""
+        self.init()
+        self._ensure_marker()
+        return self.last_committed
+
     def start(self) -> None:
         """:meth:`init` (and the marker read, when the checkpoint exists) in the background, while
         the query starts; the first write waits for it. Nothing is written before it is done, so

@@ -27,9 +27,7 @@ import time
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
-from sluice.core.plan.model import KafkaSourceV1
-
-from sluice_runtime.frames import build_frames, query_name
+from sluice_runtime.frames import build_frames, query_name, source_topics
 from sluice_runtime.kafka_security import KafkaSecurity, librdkafka_config
 from sluice_runtime.sink_exactly_once import batch_rows
 from sluice_runtime.steps import BuildContext
@@ -77,7 +75,7 @@ def warm_up_plan(ctx: BuildContext, *, timeout: float = WARM_TIMEOUT) -> float:
     module); return the seconds it took."""
     spark, plan = ctx.spark, ctx.plan
     started = time.monotonic()
-    topics = [step.topic for step in plan.steps if isinstance(step, KafkaSourceV1)]
+    topics = source_topics(plan)
     scratch = tempfile.mkdtemp(prefix="sluice-warm-up-")
     queries: list[Any] = []
     try:

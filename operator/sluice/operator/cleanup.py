@@ -16,7 +16,7 @@ from sluice.core.cleanup import CLEANUP_REQUEST, CleanupRequest
 from sluice.core.election import lease_name
 from sluice.core.gate import parse_time
 from sluice.core.spec import CleanupPolicy
-from sluice.core.status import EventReason
+from sluice.core.status import EventReason, now_rfc3339
 from sluice.crd.querycluster import QueryClusterSpec
 from sluice.operator.builders.context import QueryContext
 from sluice.operator.common import QueryRun
@@ -39,7 +39,7 @@ def clean_up(run: QueryRun, ctx: QueryContext, cluster: QueryClusterSpec) -> Non
     policy = policy_of(ctx)
     now = parse_time(run.env.clock()) or dt.datetime.now(dt.UTC)
     decided = plan_mod.plan_cleanup(versions, policy, now)
-    next_due = decided.next_due.strftime("%Y-%m-%dT%H:%M:%SZ") if decided.next_due else None
+    next_due = now_rfc3339(decided.next_due) if decided.next_due else None
     if not decided.due:
         if (run.status.get("cleanup") or {}).get("nextDue") != next_due:
             run.write({"cleanup": {"nextDue": next_due} if next_due else None})
@@ -104,8 +104,9 @@ def _delete_config_maps(run: QueryRun, ctx: QueryContext, kept: list[dict[str, A
     needed = {str(v.get("configMap")) for v in kept if v.get("configMap")}
     pinned = run.status.get("plan") or {}
     needed.add(str(pinned.get("configMap")))
-    rollout = run.status.get("rollout") or {}
-    needed.update(str(rollout.get(k)) for k in ("targetConfigMap",) if rollout.get(k))
+    target = (run.status.get("rollout") or {}).get("targetConfigMap")
+    if target:
+        needed.add(str(target))
     existing = [str(cm["metadata"]["name"]) for cm in
                 run.env.kube.list("ConfigMap", run.ns, f"sluice.dev/query={ctx.names.base}")
                 if str(cm["metadata"]["name"]).startswith(f"{ctx.names.base}-plan-")]
