@@ -61,6 +61,15 @@ def kafka_lag(progress: Mapping[str, Any]) -> list[PartitionLag]:
     return lags
 
 
+def total_lag(progress: Mapping[str, Any]) -> int | None:
+    """Records one progress report's query is behind its sources: :func:`kafka_lag` summed over
+    every source and partition (a source that reports no ``latestOffset`` adds nothing); None when
+    no source of the report has one (nothing is known)."""
+    if not any(_offsets(source.get("latestOffset")) for source in progress.get("sources") or []):
+        return None
+    return sum(lag.lag for lag in kafka_lag(progress))
+
+
 @dataclass
 class RuntimeMetrics:
     registry: CollectorRegistry = field(default_factory=CollectorRegistry)

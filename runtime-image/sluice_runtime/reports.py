@@ -2,8 +2,9 @@
 
 * Progress of the term, on the Lease: :class:`ProgressCounter` counts, from the queries' progress
   reports, the micro-batches the main query committed and the progress events seen (idle triggers
-  included); :class:`TermProgress` hands a changed record to the elector, which writes it with its
-  next regular renewal (no write of its own).
+  included), and keeps the main query's lag behind its sources from its newest report;
+  :class:`TermProgress` hands a changed record to the elector, which writes it with its next
+  regular renewal (no write of its own).
 * The last error, on the driver's own pod (:func:`report_error`): a query that failed, a start
   that was refused, a warm-up that raised. Best effort: a failed patch is logged, never raised.
 """
@@ -27,6 +28,7 @@ from sluice.core.driverreport import (
 )
 
 from sluice_runtime.malformed import observed_counts
+from sluice_runtime.metrics import total_lag
 
 if TYPE_CHECKING:
     from sluice.core.plan.model import Plan
@@ -78,6 +80,7 @@ class ProgressCounter:
         self._events = 0
         self._input_rows = 0
         self._dead_letters = 0
+        self._lag: int | None = None
         self._last_event: dict[str, str] = {}  # query id -> timestamp of its newest report counted
 
     def observe(self, progresses: Iterable[Mapping[str, Any]], *, main: bool) -> None:
@@ -91,6 +94,8 @@ class ProgressCounter:
                 # source) while a main query that cannot process its input fails every one
                 if main and (ran_a_batch(p) or idle_trigger(p)):
                     self._events += 1
+                if main:  # the newest report of the main query says how far behind it is
+                    self._lag = total_lag(p)
                 batch = int(p.get("batchId", -1))
                 if main and ran_a_batch(p) and batch > self._last_batch:
                     self._last_batch = batch
@@ -108,10 +113,15 @@ class ProgressCounter:
         with self._lock:
             return self._events
 
+    @property
+    def lag_records(self) -> int | None:
+        with self._lock:
+            return self._lag
+
     def record(self, plan_hash: str, epoch: int) -> Progress:
         with self._lock:
             return Progress(plan_hash, epoch, self._batches, self._events, self._input_rows,
-                            self._dead_letters)
+                            self._dead_letters, self._lag)
 
 
 class TermProgress:

@@ -28,6 +28,7 @@ from sluice.core.plan.model import Plan
 from sluice_runtime import backstop, epochs, reports
 from sluice_runtime.elector import Elector
 from sluice_runtime.kubeapi import KubeApiError
+from sluice_runtime.metrics import total_lag
 from sluice_runtime.startpoint import BACKSTOP_MISSING, CHECKPOINT_INCOMPATIBLE, StartRefused, prepare_start
 
 from tests.support.runtime import plan_from_yaml
@@ -103,6 +104,84 @@ def test_input_rows_and_dead_letters_of_the_term_are_counted_for_the_gate() -> N
     record = counter.record("h", 2)
     assert (record.input_rows, record.dead_letters) == (40, 7)
     assert Progress.from_json(record.to_json()) == record
+
+
+def test_the_lag_travels_in_the_progress_record_only_when_known() -> None:
+    with_lag = Progress("h", 2, 5, 7, 40, 1, lag_records=1234)
+    text = with_lag.to_json()
+    assert json.loads(text)["lagRecords"] == 1234
+    assert Progress.from_json(text) == with_lag
+    without = Progress("h", 2, 5, 7, 40, 1)
+    assert "lagRecords" not in json.loads(without.to_json())
+    assert Progress.from_json(without.to_json()) == without and without.lag_records is None
+    zero = Progress("h", 2, 5, 7, lag_records=0)
+    assert Progress.from_json(zero.to_json()) == zero  # caught up, not unknown
+    # a record written before the field existed
+    old = '{"batches":3,"deadLetters":0,"epoch":1,"inputRows":9,"planHash":"h","progressEvents":4}'
+    assert Progress.from_json(old) == Progress("h", 1, 3, 4, 9, 0, None)
+
+
+def kafka_source(start: Any, end: Any, latest: Any) -> dict[str, Any]:
+    """A Kafka source's part of a progress report (offsets as Spark gives them)."""
+    out: dict[str, Any] = {"description": "KafkaV2[Subscribe[t]]", "startOffset": start, "endOffset": end,
+                           "numInputRows": 0}
+    if latest is not None:
+        out["latestOffset"] = latest
+    return out
+
+
+def test_the_lag_is_latest_minus_end_over_every_source_and_partition() -> None:
+    report = {**progress(3, "t1", 10, RAN), "sources": [
+        # PySpark 4 gives the offsets as JSON text
+        kafka_source('{"orders":{"0":90,"1":80}}', '{"orders":{"0":100,"1":95}}',
+                     '{"orders":{"0":130,"1":95}}'),
+        # parsed already (earlier PySpark, lastProgress dicts)
+        kafka_source({"customers": {"0": 4}}, {"customers": {"0": 7}}, {"customers": {"0": 12}}),
+        # no latestOffset: adds nothing
+        kafka_source('{"returns":{"0":1}}', '{"returns":{"0":2}}', None),
+    ]}
+    assert total_lag(report) == 30 + 0 + 5
+    # never negative (a latest offset read before the batch's end was planned)
+    behind = {**report, "sources": [kafka_source('{"t":{"0":1}}', '{"t":{"0":9}}', '{"t":{"0":8}}')]}
+    assert total_lag(behind) == 0
+    # no source says where its end is: not known (not 0)
+    assert total_lag({**report, "sources": [kafka_source('{"t":{"0":1}}', '{"t":{"0":2}}', None)]}) is None
+    assert total_lag({**report, "sources": []}) is None
+
+
+def test_the_counter_keeps_the_lag_of_the_main_query_s_newest_report() -> None:
+    counter = reports.ProgressCounter()
+    assert counter.record("h", 1).lag_records is None
+
+    def report(batch: int, ts: str, end: int, latest: int, qid: str = QID) -> dict[str, Any]:
+        return {**progress(batch, ts, 5, RAN, qid=qid), "sources": [
+            kafka_source('{"t":{"0":0}}', json.dumps({"t": {"0": end}}), json.dumps({"t": {"0": latest}}))]}
+
+    first = report(0, "2026-05-01T10:00:01.000Z", 100, 1100)
+    second = report(1, "2026-05-01T10:00:02.000Z", 900, 1000)
+    counter.observe([first], main=True)
+    assert counter.lag_records == 1000
+    counter.observe([first, second], main=True)
+    assert counter.record("h", 1).lag_records == 100
+    counter.observe([first, second], main=True)  # seen before: the newest still decides
+    assert counter.lag_records == 100
+    # a dead-letter query reads the same source at its own pace: its lag is not the query's
+    counter.observe([report(5, "2026-05-01T10:00:03.000Z", 0, 1000, qid="dlq")], main=False)
+    assert counter.lag_records == 100
+
+
+def test_a_changed_lag_is_reported_again() -> None:
+    elector = Reported()
+    term = reports.TermProgress(elector, "h1", 3)  # type: ignore[arg-type]
+    idle = {**progress(1, "t1", 0, IDLE), "sources": [
+        kafka_source('{"t":{"0":9}}', '{"t":{"0":9}}', '{"t":{"0":9}}')]}
+    term.observe([idle], main=True)
+    # new input came (a trigger that planned it and has not run it counts for nothing else)
+    planned = {**idle, "timestamp": "t2", "sources": [
+        kafka_source('{"t":{"0":9}}', '{"t":{"0":15}}', '{"t":{"0":26}}')]}
+    term.observe([idle, planned], main=True)
+    assert [Progress.from_json(c[HOLDER_PROGRESS]) for c in elector.calls] == [
+        Progress("h1", 3, 0, 1, lag_records=0), Progress("h1", 3, 0, 1, lag_records=11)]
 
 
 class Reported:

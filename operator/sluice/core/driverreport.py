@@ -6,8 +6,9 @@ All travel through the API server, never through a connection from the operator 
 
 * ``HOLDER_PROGRESS`` (Lease annotation, written by the holder with its renewals): the plan hash
   it runs, the Lease epoch (``leaseTransitions``) of its term, the micro-batches committed in this
-  term and the progress events seen (an idle trigger loop still reports progress). A record of an
-  older plan or an older term never counts for a newer rollout.
+  term and the progress events seen (an idle trigger loop still reports progress), and the main
+  query's lag behind its sources (``lagRecords``, what a backfill's switch waits for). A record of
+  an older plan or an older term never counts for a newer rollout.
 * ``DRIVER_ERROR`` (pod annotation, written by the driver on its own pod): the last error of the
   process (warm-up or active term), with the exception class, message and plan step where it can
   be told. The pod keeps it across container restarts.
@@ -60,11 +61,17 @@ class Progress:
     progress_events: int  # progress events seen in this term (idle triggers included)
     input_rows: int = 0  # rows the committed batches read
     dead_letters: int = 0  # of them, rows routed to a dead-letter topic (malformed)
+    #: records the main query is behind its sources in its newest progress report (sum over every
+    #: source partition of latest - end offset); None: not known (no report with latest offsets)
+    lag_records: int | None = None
 
     def to_json(self) -> str:
-        return json.dumps({"planHash": self.plan_hash, "epoch": self.epoch, "batches": self.batches,
-                           "progressEvents": self.progress_events, "inputRows": self.input_rows,
-                           "deadLetters": self.dead_letters}, sort_keys=True, separators=(",", ":"))
+        data: dict[str, Any] = {"planHash": self.plan_hash, "epoch": self.epoch, "batches": self.batches,
+                                "progressEvents": self.progress_events, "inputRows": self.input_rows,
+                                "deadLetters": self.dead_letters}
+        if self.lag_records is not None:
+            data["lagRecords"] = self.lag_records
+        return json.dumps(data, sort_keys=True, separators=(",", ":"))
 
     @classmethod
     def from_json(cls, text: str | None) -> Progress | None:
@@ -72,9 +79,10 @@ class Progress:
         if data is None or not data.get("planHash"):
             return None
         try:
+            lag = data.get("lagRecords")
             return cls(str(data["planHash"]), int(data.get("epoch") or 0), int(data.get("batches") or 0),
                        int(data.get("progressEvents") or 0), int(data.get("inputRows") or 0),
-                       int(data.get("deadLetters") or 0))
+                       int(data.get("deadLetters") or 0), None if lag is None else int(lag))
         except (TypeError, ValueError):
             return None
 
