@@ -25,6 +25,11 @@ flag                  variable                  default
 --lease-seconds       SLUICE_LEASE_SECONDS      10
 (none)                SLUICE_PREVIOUS_VERSION   (none) a replaced version's predecessor (JSON,
                                                 see ``sluice.core.replace``)
+--output-topic        SLUICE_OUTPUT_TOPIC       (none: the plan's sink topic) the topic the sink
+                                                writes (a backfill's); plan and hash unchanged
+--start-from          SLUICE_START_FROM         (none: as the plan says) ``earliest`` or an RFC 3339
+                                                time: where every source starts on a checkpoint
+                                                without offsets
 ====================  ========================  ========================================
 
 With a Lease name the process is one of the query's drivers: it warms up, waits as a standby and
@@ -37,19 +42,23 @@ import argparse
 import json
 import logging
 import os
+import re
 import signal
 import sys
 import threading
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sluice.core.replace import PREVIOUS_VERSION_ENV, PreviousVersion, PreviousVersionError
 
-from sluice_runtime.config import RunConfig
+from sluice_runtime.config import RunConfig, StartFromError, start_from_millis
 from sluice_runtime.kafka_security import KafkaSecurity, KafkaSecurityError
 from sluice_runtime.kafka_security import from_env as kafka_security_from_env
+
+if TYPE_CHECKING:
+    from sluice.core.plan.model import Plan
 
 log = logging.getLogger("sluice_runtime")
 
@@ -58,6 +67,10 @@ TRUE = {"1", "true", "yes", "on"}
 
 class ConfigError(ValueError):
     pass
+
+
+#: what Kafka accepts as a topic name
+_TOPIC = re.compile(r"[A-Za-z0-9._-]{1,249}")
 
 
 def parse_conf_items(items: Sequence[str]) -> dict[str, str]:
@@ -118,6 +131,8 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--lease-namespace")
     run.add_argument("--pod-name")
     run.add_argument("--lease-seconds")
+    run.add_argument("--output-topic")
+    run.add_argument("--start-from", metavar="earliest|RFC3339")
     run.add_argument("--log-level", default=os.environ.get("SLUICE_LOG_LEVEL", "INFO"))
     return parser
 
@@ -161,6 +176,16 @@ def resolve_config(args: argparse.Namespace, env: Mapping[str, str]) -> RunConfi
         previous = PreviousVersion.from_json(previous_text) if previous_text.strip() else None
     except PreviousVersionError as exc:
         raise ConfigError(str(exc)) from None
+    output_topic = str(pick(args.output_topic, "SLUICE_OUTPUT_TOPIC") or "").strip() or None
+    if output_topic is not None and not _TOPIC.fullmatch(output_topic):
+        raise ConfigError(f"SLUICE_OUTPUT_TOPIC must be a Kafka topic name (up to 249 of a-z A-Z 0-9 . _ -), "
+                          f"got {output_topic!r}")
+    start_from = str(pick(args.start_from, "SLUICE_START_FROM") or "").strip() or None
+    if start_from is not None:
+        try:
+            start_from_millis(start_from)
+        except StartFromError as exc:
+            raise ConfigError(f"SLUICE_START_FROM (--start-from): {exc}") from None
     return RunConfig(
         plan=plan,
         checkpoint=checkpoint,
@@ -180,6 +205,8 @@ def resolve_config(args: argparse.Namespace, env: Mapping[str, str]) -> RunConfi
         pod_name=pick(args.pod_name, "SLUICE_POD_NAME") or None,
         lease_seconds=lease_seconds,
         previous=previous,
+        output_topic=output_topic,
+        start_from=start_from,
     )
 
 
@@ -187,15 +214,26 @@ def default_query_id(plan_hash: str) -> str:
     return f"plan-{plan_hash[:16]}"
 
 
-def execute(config: RunConfig) -> int:
+def load_plan(config: RunConfig) -> Plan:
+    """The pinned plan, its sink writing ``config.output_topic`` when one is set (with the pinned
+    plan's hash: the version reports the plan it runs, not the topic it writes)."""
     from sluice.core.plan.model import Plan
 
+    from sluice_runtime.pipeline import with_output_topic
+
+    plan = Plan.from_json(Path(config.plan).read_bytes())
+    if config.output_topic:
+        plan = with_output_topic(plan, config.output_topic)
+    return plan
+
+
+def execute(config: RunConfig) -> int:
     from sluice_runtime import connector, driver, kafka_admin
     from sluice_runtime.pipeline import build_pipeline
     from sluice_runtime.server import RuntimeState, parse_interval, readiness_bound, serve
     from sluice_runtime.session import create_spark
 
-    plan = Plan.from_json(Path(config.plan).read_bytes())
+    plan = load_plan(config)
     query_id = config.query_id or default_query_id(plan.hash or plan.compute_hash())
     # Fail fast, before the JVM starts, when the brokers refuse the TLS/SASL settings.
     kafka_admin.connect(config.bootstrap, config.kafka)
@@ -241,6 +279,7 @@ def execute(config: RunConfig) -> int:
             security=config.kafka,
             consumer_group=config.consumer_group,
             transactional_id=config.transactional_id,
+            start_from=config.start_from,
         )
         log.info(
             "query %s started (plan %s, Kafka %s) in %.1fs",

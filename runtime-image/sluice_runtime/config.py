@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 from dataclasses import dataclass, field
 
 from sluice.core.replace import PreviousVersion
@@ -32,3 +33,46 @@ class RunConfig:
     lease_seconds: float = 10.0
     #: a replaced plan version's first term starts where this previous version's output ends
     previous: PreviousVersion | None = None
+    #: the topic the plan's sink writes instead of its own (a backfill's versioned topic); the plan
+    #: and its hash stay as pinned
+    output_topic: str | None = None
+    #: where the sources start on a checkpoint without offsets: ``earliest`` or an RFC 3339 time
+    #: (:func:`start_from_options`); None: as the plan says
+    start_from: str | None = None
+
+
+EARLIEST = "earliest"
+
+
+class StartFromError(ValueError):
+    """A start position that is neither ``earliest`` nor an RFC 3339 time."""
+
+
+def start_from_millis(text: str) -> int | None:
+    """Milliseconds since the epoch of an RFC 3339 time (``2026-11-20T10:00:00Z``, with a zone,
+    optional fraction); None for ``earliest``; :class:`StartFromError` for anything else."""
+    value = text.strip()
+    if value == EARLIEST:
+        return None
+    try:
+        moment = dt.datetime.fromisoformat(value[:-1] + "+00:00" if value[-1:] in ("Z", "z") else value)
+    except ValueError:
+        moment = None
+    if moment is None or moment.tzinfo is None or "T" not in value.upper():
+        raise StartFromError(f"{value!r} is neither {EARLIEST!r} nor an RFC 3339 time with a zone "
+                             "(such as 2026-11-20T10:00:00Z)")
+    millis = (moment - dt.datetime(1970, 1, 1, tzinfo=dt.UTC)) // dt.timedelta(milliseconds=1)
+    if millis < 0:
+        raise StartFromError(f"{value!r} is before 1970-01-01T00:00:00Z")
+    return int(millis)
+
+
+def start_from_options(text: str) -> dict[str, str]:
+    """The Kafka source options that start a fresh checkpoint at ``text`` (see
+    :func:`start_from_millis`): ``earliest``, or the first record at or after the time in every
+    partition (``startingTimestamp``); a partition without one starts at its end (strategy
+    ``latest``) instead of failing the query."""
+    millis = start_from_millis(text)
+    if millis is None:
+        return {"startingOffsets": EARLIEST}
+    return {"startingTimestamp": str(millis), "startingOffsetsByTimestampStrategy": "latest"}

@@ -318,21 +318,26 @@ def run_elected(
         elector.close()
 
 
-def _hand_off_from_previous(config: RunConfig, prepared: Prepared,
-                            before: tuple[int, float] | None) -> tuple[Prepared, tuple[int, float] | None]:
-    """The pipeline rebuilt to start at the previous version's end (:mod:`sluice_runtime.replace`),
-    and the gap meter's reference: the previous version's last commit (any batch of the new
-    checkpoint comes after it)."""
+def _fresh_start(config: RunConfig, prepared: Prepared,
+                 before: tuple[int, float] | None) -> tuple[Prepared, tuple[int, float] | None]:
+    """The first term on a checkpoint without offsets: the pipeline rebuilt to start at the
+    previous version's end (:mod:`sluice_runtime.replace`) and, for the sources that has none for
+    (all without a previous version), at ``config.start_from``; and the gap meter's reference: the
+    previous version's last commit (any batch of the new checkpoint comes after it)."""
     from sluice_runtime.pipeline import with_start_offsets
     from sluice_runtime.replace import hand_off_start
 
-    assert config.previous is not None
-    start = hand_off_start(config.previous, prepared.plan, config.bootstrap, config.kafka)
-    if start.checkpoint is not None:
-        last = epochs.last_commit_time(start.checkpoint)
-        before = (-1, last[1]) if last is not None else before
-    if start.offsets:
-        prepared = with_start_offsets(prepared, start.offsets)
+    offsets: dict[str, str] = {}
+    if config.previous is not None:
+        start = hand_off_start(config.previous, prepared.plan, config.bootstrap, config.kafka)
+        if start.checkpoint is not None:
+            last = epochs.last_commit_time(start.checkpoint)
+            before = (-1, last[1]) if last is not None else before
+        offsets = start.offsets
+    if config.start_from is not None:
+        log.info("active: a checkpoint without offsets: the sources start at %s", config.start_from)
+    if offsets or config.start_from is not None:
+        prepared = with_start_offsets(prepared, offsets, start_from=config.start_from)
     return prepared, before
 
 
@@ -356,9 +361,11 @@ def _term(config: RunConfig, prepared: Prepared, state: RuntimeState, drain_requ
         elector.report(start.annotations())
         checkpoint, source = start.checkpoint, start.source
         before = epochs.last_commit_time(source) if source else None
-        if config.previous is not None and drain_mod.last_offsets(checkpoint) is None:
-            # the first term of a replaced version: start where the previous version's output ends
-            prepared, before = _hand_off_from_previous(config, prepared, before)
+        fresh_start = config.previous is not None or config.start_from is not None
+        if fresh_start and drain_mod.last_offsets(checkpoint) is None:
+            # the first term of a replaced version: start where the previous version's output
+            # ends (hand-off), or where the backfill starts
+            prepared, before = _fresh_start(config, prepared, before)
         meter = GapMeter(checkpoint, before, acquired_wall)
         gate = drain_mod.BatchGate(guard=elector.may_write)
         pipeline = start_pipeline(prepared, checkpoint=str(checkpoint), available_now=config.available_now,

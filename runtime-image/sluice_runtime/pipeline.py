@@ -9,6 +9,12 @@ so that a drain can finish the batch in flight and stop before the next one writ
 
 Sources whose malformed policy is ``deadLetter`` get a second query that writes their malformed
 records to the dead-letter topic, checkpointed under ``<checkpoint>/dlq/<source id>``.
+
+A version that writes a topic other than its plan's sink topic (a backfill's, ``SLUICE_OUTPUT_TOPIC``)
+runs its plan with the sink topic substituted (:func:`with_output_topic`): everything derived from
+the sink topic follows it (the topic ensured, the exactly-once transactions and marker, the default
+dead-letter topic ``<output topic>.dlq``, also where the compiler wrote ``<sink topic>.dlq`` into
+the plan), the plan's hash does not.
 """
 
 from __future__ import annotations
@@ -18,10 +24,11 @@ import logging
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from sluice.core.plan.model import KafkaSinkV1, Plan
+from sluice.core.plan.model import KafkaSinkV1, KafkaSourceV1, Plan
+from sluice.core.versions import default_dead_letter_topic
 
 from sluice_runtime import kafka_admin
-from sluice_runtime.drain import BatchGate, Drainable
+from sluice_runtime.drain import BatchGate, Drainable, last_offsets
 from sluice_runtime.frames import build_frames, query_name
 from sluice_runtime.kafka_security import KafkaSecurity
 from sluice_runtime.sink_exactly_once import TransactionalSink
@@ -60,6 +67,27 @@ class Pipeline:
         return [self.main, *self.dead_letter.values()]
 
 
+def with_output_topic(plan: Plan, topic: str) -> Plan:
+    """``plan`` with its sink writing ``topic``, keeping the pinned plan's hash (the content hash
+    of the plan as pinned: the Lease, the checkpoint's signature and the health gate name the plan
+    by it, whichever topic this version writes).
+
+    A source's dead-letter topic that is the sink topic's default (``<sink topic>.dlq``: what the
+    compiler writes into the plan when the spec names none) becomes ``<topic>.dlq``; one the spec
+    named otherwise stays (a source without one gets ``<topic>.dlq`` when it is built)."""
+    plan_hash = plan.hash or plan.compute_hash()
+    sink = plan.sink
+    old_dlq, new_dlq = default_dead_letter_topic(sink.topic), default_dead_letter_topic(topic)
+    steps: list[Any] = []
+    for step in plan.steps:
+        if step is sink:
+            step = step.model_copy(update={"topic": topic})
+        elif isinstance(step, KafkaSourceV1) and step.malformed.topic == old_dlq:
+            step = step.model_copy(update={"malformed": step.malformed.model_copy(update={"topic": new_dlq})})
+        steps.append(step)
+    return plan.model_copy(update={"steps": steps, "hash": plan_hash})
+
+
 def _trigger(writer: Any, sink: KafkaSinkV1, available_now: bool) -> Any:
     if available_now:
         return writer.trigger(availableNow=True)
@@ -94,15 +122,18 @@ def prepare_pipeline(
     security: KafkaSecurity | None = None,
     consumer_group: str | None = None,
     warm_up: str = "none",
+    start_from: str | None = None,
 ) -> Prepared:
     """Build every step's DataFrame (Spark analyses each as it is built) and make sure the sink
     and dead-letter topics exist; then warm up as ``warm_up`` says (:data:`WARM_UP_MODES`), so
-    that the first micro-batch after a takeover finds the JVM warm."""
+    that the first micro-batch after a takeover finds the JVM warm. ``start_from``: where the
+    sources start on an empty checkpoint instead of the plan's ``startingOffsets`` (the warm-up
+    reads its own offsets whatever it is)."""
     if warm_up not in WARM_UP_MODES:
         raise ValueError(f"warm_up: {warm_up!r} is not one of {', '.join(WARM_UP_MODES)}")
     ctx = BuildContext(
         spark=spark, plan=plan, bootstrap=bootstrap, query_id=query_id, security=security or KafkaSecurity(),
-        consumer_group=consumer_group,
+        consumer_group=consumer_group, start_from=start_from,
     )
     frames = build_frames(plan, ctx)
     kafka_admin.ensure_topics(
@@ -120,11 +151,14 @@ def prepare_pipeline(
     return Prepared(plan=plan, ctx=ctx, frames=frames, query_id=query_id)
 
 
-def with_start_offsets(prepared: Prepared, offsets: dict[str, str]) -> Prepared:
+def with_start_offsets(prepared: Prepared, offsets: dict[str, str],
+                       start_from: str | None = None) -> Prepared:
     """The prepared pipeline with its sources starting at ``offsets`` (topic -> ``startingOffsets``
-    JSON): the DataFrames are built again (Spark reads the option when a query starts on an empty
-    checkpoint, and only then)."""
-    ctx = dataclasses.replace(prepared.ctx, start_offsets=dict(offsets), dead_letters=[], observations={})
+    JSON), the others at ``start_from`` (``earliest`` or an RFC 3339 time, see
+    :func:`sluice_runtime.config.start_from_options`) when given: the DataFrames are built again
+    (Spark reads these options when a query starts on an empty checkpoint, and only then)."""
+    ctx = dataclasses.replace(prepared.ctx, start_offsets=dict(offsets), start_from=start_from,
+                              dead_letters=[], observations={})
     return Prepared(plan=prepared.plan, ctx=ctx, frames=build_frames(prepared.plan, ctx),
                     query_id=prepared.query_id)
 
@@ -141,12 +175,15 @@ def build_pipeline(
     consumer_group: str | None = None,
     transactional_id: str | None = None,
     gate: BatchGate | None = None,
+    start_from: str | None = None,
 ) -> Pipeline:
     """Start the plan's queries. ``security`` applies to every Kafka client (Spark's source and
     sink, the exactly-once producer, the admin client); ``consumer_group`` and
-    ``transactional_id`` are the ids the operator assigned (derived from ``query_id`` if absent)."""
+    ``transactional_id`` are the ids the operator assigned (derived from ``query_id`` if absent);
+    ``start_from`` starts every source there when ``checkpoint`` holds no offsets yet."""
+    fresh = last_offsets(checkpoint) is None
     prepared = prepare_pipeline(spark, plan, bootstrap=bootstrap, query_id=query_id, security=security,
-                                consumer_group=consumer_group)
+                                consumer_group=consumer_group, start_from=start_from if fresh else None)
     return start_pipeline(prepared, checkpoint=checkpoint, available_now=available_now,
                           transactional_id=transactional_id, gate=gate)
 

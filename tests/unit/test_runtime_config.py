@@ -1,14 +1,20 @@
-"""sluice-runtime flag/environment parsing, Spark conf precedence, step registry completeness."""
+"""sluice-runtime flag/environment parsing, Spark conf precedence, step registry completeness, a
+backfill's output topic and start position."""
 
 from __future__ import annotations
 
+import dataclasses
 import typing
 
 import pytest
 from sluice.core.plan import model
+from sluice.core.versions import dead_letter_topics
 from sluice_runtime import cli
+from sluice_runtime.config import start_from_millis, start_from_options
+from sluice_runtime.pipeline import with_output_topic
 from sluice_runtime.session import effective_conf
-from sluice_runtime.steps import REGISTRY, builder_for
+from sluice_runtime.steps import REGISTRY, BuildContext, builder_for
+from sluice_runtime.steps.source import starting_options
 
 
 def _resolve(argv: list[str], env: dict[str, str] | None = None) -> cli.RunConfig:
@@ -133,3 +139,112 @@ def test_every_step_type_has_a_builder() -> None:
 def test_unknown_step_type() -> None:
     with pytest.raises(ValueError, match="filterV9"):
         builder_for("filterV9")
+
+
+# -- a backfill's output topic and start --------------------------------------------------------
+
+REQUIRED = {"SLUICE_PLAN": "p.json", "SLUICE_CHECKPOINT": "/ck", "SLUICE_BOOTSTRAP": "h:1"}
+
+
+def test_output_topic_and_start_from_come_from_the_environment_or_the_flags() -> None:
+    c = _resolve([], REQUIRED)
+    assert c.output_topic is None and c.start_from is None
+    env = {**REQUIRED, "SLUICE_OUTPUT_TOPIC": "orders-v2", "SLUICE_START_FROM": "earliest"}
+    c = _resolve([], env)
+    assert (c.output_topic, c.start_from) == ("orders-v2", "earliest")
+    c = _resolve(["--output-topic", "orders-v3", "--start-from", "2026-11-20T10:00:00Z"], env)
+    assert (c.output_topic, c.start_from) == ("orders-v3", "2026-11-20T10:00:00Z")
+    c = _resolve([], {**REQUIRED, "SLUICE_OUTPUT_TOPIC": " ", "SLUICE_START_FROM": ""})
+    assert c.output_topic is None and c.start_from is None  # empty: not set
+
+
+@pytest.mark.parametrize("value", ["latest", "Earliest", "yesterday", "2026-11-20", "2026-11-20T10:00:00",
+                                   "1795168800000", "2026-13-20T10:00:00Z", "1969-12-31T23:59:59Z"])
+def test_a_start_neither_earliest_nor_an_rfc3339_time_is_refused_naming_the_variable(value: str) -> None:
+    with pytest.raises(cli.ConfigError, match="SLUICE_START_FROM"):
+        _resolve([], {**REQUIRED, "SLUICE_START_FROM": value})
+
+
+def test_an_output_topic_kafka_would_refuse_is_refused_naming_the_variable() -> None:
+    with pytest.raises(cli.ConfigError, match="SLUICE_OUTPUT_TOPIC"):
+        _resolve(["--output-topic", "orders v2"], REQUIRED)
+
+
+@pytest.mark.parametrize(("value", "millis"), [
+    ("2026-11-20T10:00:00Z", 1795168800000),
+    ("2026-11-20t10:00:00z", 1795168800000),
+    ("2026-11-20T11:00:00+01:00", 1795168800000),
+    ("2026-11-20T10:00:00.250Z", 1795168800250),
+    ("2026-11-20T10:00:00.123456789Z", 1795168800123),
+    ("1970-01-01T00:00:00Z", 0),
+])
+def test_a_time_start_is_spark_s_starting_timestamp_in_milliseconds(value: str, millis: int) -> None:
+    assert start_from_millis(value) == millis
+    assert start_from_options(value) == {"startingTimestamp": str(millis),
+                                         "startingOffsetsByTimestampStrategy": "latest"}
+
+
+def test_an_earliest_start_is_spark_s_earliest_offsets() -> None:
+    assert start_from_millis("earliest") is None
+    assert start_from_options("earliest") == {"startingOffsets": "earliest"}
+
+
+def _two_sources_plan() -> model.Plan:
+    cols = [model.FieldSpec(name="a", type="int")]
+    return model.Plan(
+        steps=[
+            model.KafkaSourceV1(id="s1", schema=cols, source="s1", topic="t1", columns=cols,
+                                starting_offsets="latest"),
+            model.KafkaSourceV1(id="s2", schema=cols, source="s2", topic="t2", columns=cols,
+                                malformed=model.MalformedHandling(policy="deadLetter", topic="t2-bad")),
+            model.UnionV1(id="u", inputs=["s1", "s2"], schema=cols),
+            model.KafkaSinkV1(id="sink", inputs=["u"], schema=cols, topic="o"),
+        ],
+        output_schema=cols,
+    ).with_hash()
+
+
+def _ctx(plan: model.Plan, **kw: typing.Any) -> BuildContext:
+    return BuildContext(spark=None, plan=plan, bootstrap="h:1", query_id="q", **kw)  # type: ignore[arg-type]
+
+
+def test_where_each_source_starts() -> None:
+    plan = _two_sources_plan()
+    s1, s2 = plan.step("s1"), plan.step("s2")
+    assert isinstance(s1, model.KafkaSourceV1) and isinstance(s2, model.KafkaSourceV1)
+    # as the plan says
+    assert [starting_options(s, _ctx(plan)) for s in (s1, s2)] == [
+        {"startingOffsets": "latest"}, {"startingOffsets": "earliest"}]
+    # a backfill's start: every source, whatever the plan says
+    ctx = _ctx(plan, start_from="2026-11-20T10:00:00Z")
+    assert starting_options(s1, ctx) == starting_options(s2, ctx) == {
+        "startingTimestamp": "1795168800000", "startingOffsetsByTimestampStrategy": "latest"}
+    # hand-off offsets win for their topics; the warm-up reads its own offsets whatever is set
+    ctx = _ctx(plan, start_from="earliest", start_offsets={"t1": '{"t1":{"0":7}}'})
+    assert starting_options(s1, ctx) == {"startingOffsets": '{"t1":{"0":7}}'}
+    assert starting_options(s2, ctx) == {"startingOffsets": "earliest"}
+    warm = _ctx(plan, start_from="earliest", warm_offsets={"t2": '{"t2":{"0":90}}'})
+    assert starting_options(s1, warm) == {"startingOffsets": "latest"}
+    assert starting_options(s2, warm) == {"startingOffsets": '{"t2":{"0":90}}'}
+
+
+def test_an_output_topic_replaces_the_sink_topic_and_keeps_the_pinned_hash(tmp_path: typing.Any) -> None:
+    plan = _two_sources_plan()
+    (tmp_path / "plan.json").write_text(plan.to_json())
+    config = cli.RunConfig(plan=str(tmp_path / "plan.json"), checkpoint="/ck", bootstrap="h:1",
+                           output_topic="o-v2")
+    loaded = cli.load_plan(config)
+    assert loaded.sink.topic == "o-v2" and loaded.hash == plan.hash
+    assert loaded.compute_hash() != plan.hash  # the content differs: the hash is the pinned plan's
+    assert [s.id for s in loaded.steps] == [s.id for s in plan.steps]
+    # what derives from the sink topic follows it: the default dead-letter topic of a source, left
+    # out or written into the plan by the compiler (``<sink topic>.dlq``); one named otherwise stays
+    for default in (None, "o.dlq"):
+        with_default_dlq = plan.model_copy(update={"steps": [
+            plan.steps[0].model_copy(update={"malformed": model.MalformedHandling(topic=default)}),
+            *plan.steps[1:]]})
+        assert dead_letter_topics(with_output_topic(with_default_dlq, "o-v2")) == ["o-v2.dlq", "t2-bad"]
+    # without one: the plan as pinned; a plan file without a hash gets the hash of its content
+    assert cli.load_plan(dataclasses.replace(config, output_topic=None)) == plan
+    unhashed = plan.model_copy(update={"hash": ""})
+    assert with_output_topic(unhashed, "x").hash == plan.hash

@@ -191,3 +191,25 @@ def test_a_standby_runs_below_the_active_driver_and_takes_normal_priority_back()
     finally:
         child.kill()
         child.wait()
+
+
+def test_a_fresh_start_rebuilds_the_pipeline_at_the_backfill_s_start(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The first term on a checkpoint without offsets: ``SLUICE_START_FROM`` rebuilds the prepared
+    pipeline with every source starting there (no previous version to hand off from)."""
+    from sluice_runtime import driver, pipeline
+    from sluice_runtime.config import RunConfig
+
+    calls: list[tuple[dict[str, str], str | None]] = []
+
+    def rebuilt(prepared: object, offsets: dict[str, str], start_from: str | None = None) -> str:
+        calls.append((offsets, start_from))
+        return "rebuilt"
+
+    monkeypatch.setattr(pipeline, "with_start_offsets", rebuilt)
+    config = RunConfig(plan="/p", checkpoint="/c", bootstrap="k:9092", start_from="2026-11-20T10:00:00Z")
+    before = (3, 1.5)
+    assert driver._fresh_start(config, "prepared", before) == ("rebuilt", before)  # type: ignore[arg-type]
+    assert calls == [({}, "2026-11-20T10:00:00Z")]
+    config.start_from = None  # neither: the pipeline as prepared
+    assert driver._fresh_start(config, "prepared", before) == ("prepared", before)  # type: ignore[arg-type]
+    assert len(calls) == 1

@@ -42,6 +42,10 @@ class BuildContext:
     #: JSON) where the previous version's output ends (:mod:`sluice_runtime.replace`); a topic
     #: not listed starts as the plan says
     start_offsets: dict[str, str] | None = None
+    #: a fresh checkpoint of a backfill (``SLUICE_START_FROM``): every source not in
+    #: ``start_offsets`` starts at ``earliest`` or an RFC 3339 time instead of the plan's
+    #: ``startingOffsets`` (:func:`sluice_runtime.config.start_from_options`)
+    start_from: str | None = None
 
     def kafka_options(self) -> dict[str, str]:
         """Kafka client options for Spark's connector (``kafka.``-prefixed), source and sink."""

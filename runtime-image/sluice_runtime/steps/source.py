@@ -12,20 +12,31 @@ from sluice.core.plan.model import KafkaSourceV1
 from sluice.core.versions import default_dead_letter_topic
 
 from sluice_runtime import malformed
+from sluice_runtime.config import start_from_options
 from sluice_runtime.steps.base import BuildContext, DeadLetterRoute
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
 
+def starting_options(step: KafkaSourceV1, ctx: BuildContext) -> dict[str, str]:
+    """Where the source starts on an empty checkpoint (Spark ignores these options on one with
+    offsets): a warm-up's own offsets (``latest`` for a topic it has none for); else a replaced
+    version's hand-off offsets for the topic; else the backfill's start (``start_from``); else the
+    plan's ``startingOffsets``."""
+    if ctx.warm_offsets is not None:
+        return {"startingOffsets": ctx.warm_offsets.get(step.topic, "latest")}
+    handed = (ctx.start_offsets or {}).get(step.topic)
+    if handed is not None:
+        return {"startingOffsets": handed}
+    if ctx.start_from is not None:
+        return start_from_options(ctx.start_from)
+    return {"startingOffsets": step.starting_offsets}
+
+
 def read_kafka(step: KafkaSourceV1, ctx: BuildContext) -> DataFrame:
     reader = ctx.spark.readStream.format("kafka").options(**ctx.source_options())
-    warm = ctx.warm_offsets
-    if warm is not None:
-        starting = warm.get(step.topic, "latest")
-    else:
-        starting = (ctx.start_offsets or {}).get(step.topic, step.starting_offsets)
-    reader = reader.option("subscribe", step.topic).option("startingOffsets", starting)
+    reader = reader.option("subscribe", step.topic).options(**starting_options(step, ctx))
     reader = reader.option("failOnDataLoss", "false")
     if step.max_offsets_per_trigger is not None:
         reader = reader.option("maxOffsetsPerTrigger", str(step.max_offsets_per_trigger))
