@@ -1,6 +1,7 @@
 """The runtime's streaming path on a real broker and real PySpark (one SparkSession per module):
 plan-built pipelines with available-now, malformed-record policies, the exactly-once sink's
-replay skipping and zombie fencing, and every historical plan."""
+replay skipping and zombie fencing, every historical plan, and the starts of replaced versions
+(hand-off; a backfill's start and output topic)."""
 
 from __future__ import annotations
 
@@ -59,11 +60,11 @@ def _orders(n: int, start: int = 0) -> list[dict[str, Any]]:
     ]
 
 
-def run_available_now(spark: Any, plan: Plan, kafka: str, checkpoint: Path, query_id: str) -> Any:
+def run_available_now(spark: Any, plan: Plan, kafka: str, checkpoint: Path, query_id: str, **kw: Any) -> Any:
     from sluice_runtime.pipeline import build_pipeline
 
     pipe = build_pipeline(
-        spark, plan, checkpoint=str(checkpoint), bootstrap=kafka, query_id=query_id, available_now=True
+        spark, plan, checkpoint=str(checkpoint), bootstrap=kafka, query_id=query_id, available_now=True, **kw
     )
     for q in pipe.all_queries():
         q.awaitTermination(300)
@@ -369,3 +370,77 @@ def test_a_replaced_version_starts_where_the_previous_one_s_output_ends(spark: A
     assert {r["key"] for r in records if "amount" in r} == {o["order_id"] for o in first}
     assert {r["key"] for r in records if "doubled" in r} == {o["order_id"] for o in second}
     zombie.close()
+
+
+def _topic_exists(kafka: str, topic: str) -> bool:
+    from confluent_kafka.admin import AdminClient
+
+    return topic in AdminClient({"bootstrap.servers": kafka}).list_topics(timeout=10).topics
+
+
+def test_a_backfill_reads_its_sources_from_the_earliest_offsets_into_its_own_topic(spark: Any, kafka: str,
+                                                                                   tmp_path: Path) -> None:
+    """A backfill's version on a fresh checkpoint (``SLUICE_START_FROM=earliest``,
+    ``SLUICE_OUTPUT_TOPIC``): a plan that says ``startingOffsets: latest`` reads every record already
+    in its source; results, exactly-once transactions and marker go to the output topic, malformed
+    records to ``<output topic>.dlq``; the plan's own sink topic is never even created."""
+    from sluice_runtime.pipeline import with_output_topic
+    from sluice_runtime.sink_exactly_once import TransactionalSink
+
+    src, sink, output, group = unique("orders"), unique("out"), unique("out-v2"), unique("g")
+    create_topic(kafka, src, partitions=2)
+    orders = _orders(60)
+    produce(kafka, src, [*orders[:30], BAD[0], *orders[30:]])
+    spec = _spec(src, "SELECT order_id, amount FROM orders", sink,
+                 sink_extra=", delivery: exactlyOnce, key: [order_id]")
+    spec = spec.replace(f"      topic: {src}\n", f"      topic: {src}\n      startingOffsets: latest\n")
+    plan = plan_from_yaml(spec)
+    assert plan.sink.topic == sink and plan.hash
+    running = with_output_topic(plan, output)
+    assert running.hash == plan.hash
+
+    checkpoint, tx = tmp_path / "v2", f"{group}.tx"
+    pipe = run_available_now(spark, running, kafka, checkpoint, unique("q"), consumer_group=group,
+                             transactional_id=tx, start_from="earliest")
+    assert pipe.main.exception() is None
+    assert pipe.eos_sink is not None and pipe.eos_sink.topic == output
+    got = consume(kafka, output, expect=len(orders), idle=1.0)
+    assert sorted(k.decode() for k, _, _ in got) == sorted(o["order_id"] for o in orders)
+    assert [v for _, v, _ in consume(kafka, f"{output}.dlq", expect=1, idle=1.0)] == [BAD[0]]
+    assert not _topic_exists(kafka, sink) and not _topic_exists(kafka, f"{sink}.dlq")
+    # the batch marker is on the output topic: a successor (or a restart) finds it there
+    reader = TransactionalSink(bootstrap=kafka, topic=output, query_id="", checkpoint=str(checkpoint),
+                               transactional_id=tx, consumer_group=group)
+    try:
+        assert reader.fence() is not None
+    finally:
+        reader.close()
+
+
+def test_a_backfill_from_a_time_skips_what_came_before_it_and_starts_only_once(spark: Any, kafka: str,
+                                                                               tmp_path: Path) -> None:
+    """``SLUICE_START_FROM=<RFC 3339 time>``: every source (and its dead-letter query) starts at the
+    first record at or after that time, a partition without one at its end; on a checkpoint with
+    offsets the start no longer applies (a restart resumes)."""
+    from datetime import UTC, datetime
+
+    src, out = unique("orders"), unique("out")
+    create_topic(kafka, src, partitions=2)
+    before, after, later = _orders(30), _orders(20, start=30), _orders(10, start=50)
+    produce(kafka, src, [*before, BAD[0]])
+    time.sleep(0.3)
+    start = datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    time.sleep(0.3)
+    produce(kafka, src, [*after, BAD[1]], key=b"one-partition")  # the other partition: nothing after it
+    plan = _malformed_plan(src, out, "deadLetter")  # startingOffsets: earliest (the default)
+    checkpoint = tmp_path / "ck"
+    pipe = run_available_now(spark, plan, kafka, checkpoint, unique("q"), start_from=start)
+    assert pipe.main.exception() is None
+    assert sorted(r["order_id"] for r in consume_json(kafka, out, expect=len(after), idle=1.0)) == sorted(
+        o["order_id"] for o in after)
+    assert [v for _, v, _ in consume(kafka, f"{out}.dlq", expect=1, idle=1.0)] == [BAD[1]]
+
+    produce(kafka, src, later)
+    run_available_now(spark, plan, kafka, checkpoint, unique("q"), start_from="earliest")
+    rows = consume_json(kafka, out, expect=len(after) + len(later), idle=1.0)
+    assert sorted(r["order_id"] for r in rows) == sorted(o["order_id"] for o in [*after, *later])
