@@ -87,7 +87,8 @@ def test_names_subresources_and_printer_columns() -> None:
     columns = {c["name"]: c["jsonPath"] for c in version["additionalPrinterColumns"]}
     assert columns == {
         "Phase": ".status.phase", "Plan": ".status.plan.hash", "Upgrade": ".status.lastUpgrade.decision",
-        "Ready": ".status.ready", "Active": ".status.drivers.active", "Age": ".metadata.creationTimestamp",
+        "Ready": ".status.ready", "Output": ".status.output.topic", "Active": ".status.drivers.active",
+        "Age": ".metadata.creationTimestamp",
     }
 
 

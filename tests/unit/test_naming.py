@@ -72,7 +72,7 @@ def test_kafka_ids_and_checkpoint_are_prefixed_by_service_id_and_versioned() -> 
     v2 = ident(plan_version=2)
     assert v2.consumer_group != i.consumer_group
     assert v2.checkpoint_path != i.checkpoint_path
-    assert v2.versioned_topic("out") == "out.v2" and i.versioned_topic("out") == "out"
+    assert v2.versioned_topic("out") == "out-v2" and i.versioned_topic("out") == "out"
 
 
 def test_recreated_object_keeps_kafka_ids_but_not_query_id() -> None:

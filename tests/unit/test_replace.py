@@ -114,7 +114,8 @@ def test_what_an_empty_checkpoint_costs_the_query() -> None:
 
 def test_a_replace_with_hand_off_is_carried_out_on_the_next_version() -> None:
     assert executes_automatically("topology", "replace", "handOff")
-    assert not executes_automatically("topology", "replace", "backfill")
+    assert executes_automatically("topology", "replace", "backfill")
+    assert not executes_automatically("topology", "replace", None)
     r = classified_rollout(pinned=PINNED_A, target_hash=B, target_config_map="q-plan-b", category="topology",
                            decision="replace", allow_replace=True, now=T0, previous=PREVIOUS.to_dict(),
                            replace_note="state starts empty: running aggregates restart from zero")
@@ -122,11 +123,11 @@ def test_a_replace_with_hand_off_is_carried_out_on_the_next_version() -> None:
     assert r["replaceStrategy"] == "handOff" and r["previous"] == PREVIOUS.to_dict()
     assert "running aggregates restart from zero" in r["message"]
     assert completed_plan(r)["handOffFrom"] == PREVIOUS.to_dict()
-    # backfill is not carried out yet; a forbidden replace is refused
+    # without the running version's plan there is nothing to start after; a forbidden replace is refused
     waiting = classified_rollout(pinned=PINNED_A, target_hash=B, target_config_map="q-plan-b",
                                  category="topology", decision="replace", allow_replace=True, now=T0,
-                                 replace_strategy="backfill", previous=PREVIOUS.to_dict())
-    assert waiting["step"] == Step.AWAITING_UPGRADE and "backfill" in waiting["message"]
+                                 replace_strategy="backfill", previous=None)
+    assert waiting["step"] == Step.AWAITING_UPGRADE and "missing" in waiting["message"]
     refused = classified_rollout(pinned=PINNED_A, target_hash=B, target_config_map="q-plan-b",
                                  category="topology", decision="replace", allow_replace=False, now=T0,
                                  previous=PREVIOUS.to_dict())

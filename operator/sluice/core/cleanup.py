@@ -16,6 +16,10 @@ since it retired. For a due version the operator removes, in this order, each st
 4. plan ConfigMaps that neither the pinned plan, a rollout in flight nor a kept version needs;
 5. its entry in ``status.versions`` (the last write: an operator killed before it does it again).
 
+A ``RolledBack`` version (a replace's new version whose gate failed) is due at once and never
+kept: its checkpoint, groups, and the output and dead-letter topics no kept version uses go,
+whatever ``deleteTopics`` says (they hold only what a rolled-back version wrote).
+
 Transactional ids cannot be deleted through Kafka's admin API: the broker forgets an idle one after
 ``transactional.id.expiration.ms`` (7 days by default).
 """
@@ -31,7 +35,7 @@ from typing import Any
 
 from sluice.core.gate import parse_time
 from sluice.core.spec import CleanupPolicy
-from sluice.core.versions import RETIRED, RUNNING
+from sluice.core.versions import RETIRED, ROLLED_BACK, RUNNING
 
 CLEANUP_REQUEST = "sluice.dev/cleanup-request"
 CLEANUP_DONE = "sluice.dev/cleanup-done"
@@ -53,7 +57,7 @@ def plan_cleanup(versions: list[dict[str, Any]] | None, policy: CleanupPolicy,
     running = [v for v in items if v.get("state") == RUNNING]
     retired = [v for v in items if v.get("state") == RETIRED]
     kept = running + retired[:policy.retain_versions]
-    due: list[dict[str, Any]] = []
+    due: list[dict[str, Any]] = [v for v in items if v.get("state") == ROLLED_BACK]
     next_due: dt.datetime | None = None
     for item in retired[policy.retain_versions:]:
         since = parse_time(item.get("retiredAt")) or now
@@ -68,7 +72,7 @@ def plan_cleanup(versions: list[dict[str, Any]] | None, policy: CleanupPolicy,
 
 def topics_to_delete(due: dict[str, Any], kept: list[dict[str, Any]], policy: CleanupPolicy) -> list[str]:
     """A due version's output and dead-letter topics no kept version uses (with ``AfterRetention``)."""
-    if policy.delete_topics != "AfterRetention":
+    if policy.delete_topics != "AfterRetention" and due.get("state") != ROLLED_BACK:
         return []
     used = {t for v in kept for t in [v.get("outputTopic"), *(v.get("deadLetterTopics") or [])] if t}
     mine = [due.get("outputTopic"), *(due.get("deadLetterTopics") or [])]

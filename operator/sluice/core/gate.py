@@ -183,3 +183,14 @@ def driver_problem(record: LeaseRecord | None, pods: list[dict[str, Any]], plan_
 def _ready(pod: dict[str, Any]) -> bool:
     conditions = (pod.get("status") or {}).get("conditions") or []
     return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
+
+
+def backfill_lag(progress: Progress | None, max_lag: int) -> tuple[bool, str]:
+    """Whether a backfill that passed its gate is close enough to the end of its sources to take
+    over (its holder's last reported lag at most ``max_lag`` records), and what it waits for."""
+    lag = progress.lag_records if progress is not None else None
+    if lag is None:
+        return False, "the backfill has not reported its lag yet"
+    if lag > max_lag:
+        return False, f"the backfill is {lag} records behind its sources (takes over at {max_lag} or fewer)"
+    return True, f"the backfill is {lag} records behind its sources (at most {max_lag})"

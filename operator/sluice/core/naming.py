@@ -134,8 +134,9 @@ class QueryIdentity:
         return f"{self._stem}.{self.uid[:8]}.v{self.plan_version}" if self.uid else self.consumer_group
 
     def versioned_topic(self, topic: str) -> str:
-        """An output topic name for this plan version (used by replace upgrades)."""
-        return topic if self.plan_version == 1 else f"{topic}.v{self.plan_version}"
+        """The output topic of this plan version beside ``topic`` (a replace with backfill writes
+        there while the previous version keeps serving ``topic``): ``<topic>-v<version>``."""
+        return topic if self.plan_version == 1 else f"{topic}-v{self.plan_version}"
 
     @property
     def names(self) -> QueryNames:

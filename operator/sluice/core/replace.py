@@ -25,6 +25,10 @@ if TYPE_CHECKING:
 
 #: the driver's environment variable holding the previous version (JSON)
 PREVIOUS_VERSION_ENV = "SLUICE_PREVIOUS_VERSION"
+#: the topic a version writes when it is not its plan's sink topic (a backfill's versioned topic)
+OUTPUT_TOPIC_ENV = "SLUICE_OUTPUT_TOPIC"
+#: where a backfill's fresh checkpoint starts reading: ``earliest`` or an RFC 3339 time
+START_FROM_ENV = "SLUICE_START_FROM"
 
 
 class PreviousVersionError(ValueError):
@@ -77,10 +81,13 @@ class PreviousVersion:
 
 
 def previous_version(*, version: int, plan: Plan, plan_hash: str, checkpoint: str, consumer_group: str,
-                     transactional_id: str) -> PreviousVersion:
+                     transactional_id: str, output_topic: str | None = None) -> PreviousVersion:
+    """The running version as a replace's predecessor; ``output_topic``: the topic it writes when
+    that is not its plan's sink topic (a version a backfill started on a versioned topic)."""
     return PreviousVersion(version=version, plan_hash=plan_hash, checkpoint=checkpoint,
                            consumer_group=consumer_group, transactional_id=transactional_id,
-                           sink_topic=plan.sink.topic, exactly_once=plan.sink.delivery == "exactlyOnce")
+                           sink_topic=output_topic or plan.sink.topic,
+                           exactly_once=plan.sink.delivery == "exactlyOnce")
 
 
 Offsets = dict[str, dict[int, int]]  # topic -> partition -> offset
@@ -162,3 +169,10 @@ def state_reset_note(plan: Plan) -> str:
     if not notes:
         return "the query keeps no state: nothing is lost by the new checkpoint"
     return "state starts empty: " + "; ".join(notes)
+
+
+def backfill_output_topic(new_sink: str, old_sink: str, versioned: str) -> str:
+    """The topic a backfill writes: the one the user named, if the edit changed the sink topic;
+    else ``versioned`` (``<sink>-v<N+1>``, see :meth:`sluice.core.naming.QueryIdentity.versioned_topic`)."""
+    return new_sink if new_sink != old_sink else versioned
+

@@ -9,7 +9,10 @@ States (``Step``)::
                                            --gate failed, rollback Never--> Failed (Degraded)
                       RollingBack --the stable plan runs again--> (no rollout: RolledBack / Cancelled)
                                   --it does not either--> Failed
-                                 -> replace --> AwaitingUpgrade (waits)
+                                 -> replace, handOff --> Applying (new version, new checkpoint) ...
+                                 -> replace, backfill --> Backfilling --caught up--> Applying ...
+                                             --gate failed / spec reverted--> RollingBack (discard)
+                                 -> replace, not allowed / automatic --> AwaitingUpgrade (waits)
                                  -> reject  --> Rejected (waits for a new edit)
     AwaitingUpgrade/Rejected --spec back at the pinned plan--> (no rollout, cancelled)
     Applying/Verifying --spec back at the pinned plan--> RollingBack (Cancelled)
@@ -30,6 +33,7 @@ from typing import Any, Literal
 
 class Step(StrEnum):
     DEPLOYING = "Deploying"
+    BACKFILLING = "Backfilling"
     APPLYING = "Applying"
     VERIFYING = "Verifying"
     ROLLING_BACK = "RollingBack"
@@ -51,12 +55,15 @@ class Outcome(StrEnum):
 #: how a rollback returns to the stable plan
 HAND_BACK = "handBack"  # on the current checkpoint (new-to-old is in-place, or the new plan never ran)
 RESTORE = "restore"  # from the checkpoint epoch kept before the switch (the backstop)
+DISCARD = "discard"  # a backfill that never took over: remove its workload, the stable one never stopped
 
 ActionKind = Literal["create", "resume", "revert", "steady", "classify", "wait", "cancel", "held"]
 
-IN_FLIGHT = frozenset({Step.DEPLOYING, Step.APPLYING, Step.VERIFYING, Step.ROLLING_BACK})
+IN_FLIGHT = frozenset({Step.DEPLOYING, Step.BACKFILLING, Step.APPLYING, Step.VERIFYING, Step.ROLLING_BACK})
 #: steps the operator re-evaluates on a timer (the health gate)
-GATED = frozenset({Step.APPLYING, Step.VERIFYING, Step.ROLLING_BACK})
+GATED = frozenset({Step.BACKFILLING, Step.APPLYING, Step.VERIFYING, Step.ROLLING_BACK})
+#: steps a revert of the spec to the stable plan cancels (rolls back)
+REVERTIBLE = frozenset({Step.BACKFILLING, Step.APPLYING, Step.VERIFYING})
 WAITING = frozenset({Step.AWAITING_UPGRADE, Step.REJECTED})
 FINAL_OUTCOMES = frozenset({Outcome.SUCCEEDED, Outcome.ROLLED_BACK, Outcome.FAILED, Outcome.REJECTED,
                             Outcome.CANCELLED})
@@ -92,7 +99,7 @@ def next_action(pinned: dict[str, Any] | None, rollout: dict[str, Any] | None, c
     pinned_hash = (pinned or {}).get("hash")
     step = (rollout or {}).get("step")
     if rollout is not None and step in IN_FLIGHT:
-        if (step in (Step.APPLYING, Step.VERIFYING) and pinned_hash == compiled_hash
+        if (step in REVERTIBLE and pinned_hash == compiled_hash
                 and rollout.get("targetHash") != pinned_hash):
             return Action("revert", rollout)
         return Action("resume", rollout)
@@ -114,8 +121,9 @@ def next_action(pinned: dict[str, Any] | None, rollout: dict[str, Any] | None, c
 
 def executes_automatically(category: str, decision: str, replace_strategy: str | None = None) -> bool:
     """Edits the operator carries out itself: ``none``, every ``in-place`` decision, and a
-    ``replace`` with ``replaceStrategy: handOff`` (when replaces are allowed)."""
-    return decision in ("none", "in-place") or (decision == "replace" and replace_strategy == HAND_OFF)
+    ``replace`` with either strategy (when replaces are allowed)."""
+    return decision in ("none", "in-place") or (decision == "replace" and replace_strategy in (HAND_OFF,
+                                                                                               BACKFILL))
 
 
 #: replace strategies (``spec.upgrade.replaceStrategy``)
@@ -127,6 +135,10 @@ REPLACE = "replace"
 
 def is_replace(rollout: dict[str, Any] | None) -> bool:
     return bool(rollout) and (rollout or {}).get("strategy") == REPLACE
+
+
+def is_backfill(rollout: dict[str, Any] | None) -> bool:
+    return is_replace(rollout) and (rollout or {}).get("replaceStrategy") == BACKFILL
 
 
 def new_rollout(
@@ -179,12 +191,18 @@ def classified_rollout(
     replace_strategy: str = HAND_OFF,
     previous: dict[str, Any] | None = None,
     replace_note: str = "",
+    output_topic: str | None = None,
+    backfill_from: str | None = None,
+    max_lag_records: int | None = None,
 ) -> dict[str, Any]:
     """The rollout recorded after classifying an edit (before acting on it).
 
-    A replace with hand-off also records the version it starts after (``previous``, see
-    :class:`sluice.core.replace.PreviousVersion`) and what the new checkpoint costs
-    (``replace_note``)."""
+    A replace also records the version it starts after (``previous``, see
+    :class:`sluice.core.replace.PreviousVersion`), what the new checkpoint costs (``replace_note``)
+    and the topic the new version writes (``output_topic``, when it is not the plan's sink topic:
+    a backfill's versioned topic, or the one a version before it was moved to). A backfill also
+    records where it starts reading (``backfill_from``: earliest when None) and the lag under which
+    it takes over (``max_lag_records``)."""
     version = int(pinned.get("version") or 1)
     common: dict[str, Any] = {"target_hash": target_hash, "target_config_map": target_config_map,
               "category": category,
@@ -194,7 +212,19 @@ def classified_rollout(
                           message=f"replace with hand-off: plan version {version + 1} starts on a new "
                           f"checkpoint where version {version}'s output ends, same output topic"
                           + (f"; {replace_note}" if replace_note else ""), **common)
-        return {**out, "replaceStrategy": HAND_OFF, "previous": previous}
+        return {**out, "replaceStrategy": HAND_OFF, "previous": previous,
+                **({"outputTopic": output_topic} if output_topic else {})}
+    if decision == "replace" and allow_replace and replace_strategy == BACKFILL and previous is not None:
+        topic = output_topic or str(previous.get("sinkTopic"))
+        start = f"from {backfill_from}" if backfill_from else "from the earliest offsets"
+        out = new_rollout(step=Step.BACKFILLING, target_plan_version=version + 1, strategy=REPLACE,
+                          message=f"replace with backfill: plan version {version + 1} re-reads its sources "
+                          f"{start} on a new checkpoint into topic {topic!r}, beside version {version}, "
+                          f"which serves {previous.get('sinkTopic')!r} until version {version + 1} passed "
+                          f"its gate and is at most {max_lag_records} records behind"
+                          + (f"; {replace_note}" if replace_note else ""), **common)
+        return {**out, "replaceStrategy": BACKFILL, "previous": previous, "outputTopic": topic,
+                "backfillFrom": backfill_from or "earliest", "maxLagRecords": int(max_lag_records or 0)}
     if executes_automatically(category, decision):
         return new_rollout(step=Step.APPLYING, target_plan_version=version, strategy="in-place",
                            message="starting a driver on the new plan (same checkpoint), then handing off",
@@ -206,12 +236,19 @@ def classified_rollout(
         return new_rollout(step=Step.REJECTED, target_plan_version=version, strategy="none", message=why,
                            **common)
     next_version = version + 1 if decision == "replace" else version
-    why = (f"waiting: a replace with {replace_strategy} is not carried out automatically yet (set "
-           f"spec.upgrade.replaceStrategy: handOff to replace now)" if decision == "replace"
+    why = (f"waiting: a replace with {replace_strategy} cannot start (the running version's plan is "
+           f"missing)" if decision == "replace"
            else f"waiting: a {decision} upgrade is not carried out automatically")
     out = new_rollout(step=Step.AWAITING_UPGRADE, target_plan_version=next_version, strategy=decision,
                       message=why, **common)
     return {**out, "replaceStrategy": replace_strategy} if decision == "replace" else out
+
+
+def caught_up(rollout: dict[str, Any], *, now: str, lag: int) -> dict[str, Any]:
+    """A backfill passed its gate and caught up: switch the drivers to the new version."""
+    return {**rollout, "step": str(Step.APPLYING), "caughtUp": now,
+            "message": f"the backfill caught up ({lag} records behind): stopping it and switching the "
+            f"drivers to plan version {rollout.get('targetPlanVersion')}"}
 
 
 def verifying(rollout: dict[str, Any], *, now: str, start_epoch: int) -> dict[str, Any]:
@@ -221,14 +258,17 @@ def verifying(rollout: dict[str, Any], *, now: str, start_epoch: int) -> dict[st
 
 
 def rollback_mode(*, back_is_in_place: bool, target_ran: bool, backstop_epoch: int | None,
-                  replace: bool = False) -> tuple[str, str]:
+                  replace: bool = False, backfilling: bool = False) -> tuple[str, str]:
     """How to return to the stable plan, and why.
 
-    A replace ran on a checkpoint of its own: the stable version resumes on its own one.
+    A backfill that never took over left the stable version running: its own workload goes. A
+    replace ran on a checkpoint of its own: the stable version resumes on its own one.
 
     The checkpoint is only touched by the target plan once one of its drivers held the Lease
     (``target_ran``). Until then, or when the classifier calls new-to-old in-place, hand back on
     the current checkpoint; otherwise restore the backstop epoch kept before the switch."""
+    if backfilling:
+        return DISCARD, "the previous version kept serving: the backfill's drivers are removed"
     if replace:
         return HAND_BACK, ("the previous version's checkpoint was never written by the new one: it resumes "
                            "where it stopped (what the new version processed is processed again)")
@@ -270,8 +310,10 @@ def completed_plan(rollout: dict[str, Any], format_version: int | None = None) -
         "version": int(rollout["targetPlanVersion"]),
         "configMap": rollout["targetConfigMap"],
     }
-    if rollout.get("previous"):
+    if rollout.get("previous") and rollout.get("replaceStrategy") != BACKFILL:
         out["handOffFrom"] = rollout["previous"]
+    if rollout.get("outputTopic"):
+        out["outputTopic"] = rollout["outputTopic"]
     if format_version is not None:
         out["formatVersion"] = format_version
     return out
@@ -318,6 +360,7 @@ def with_history(history: list[dict[str, Any]] | None, record: dict[str, Any]) -
 
 def outcome_of(step: str) -> str:
     return {
+        Step.BACKFILLING: Outcome.IN_PROGRESS,
         Step.APPLYING: Outcome.IN_PROGRESS,
         Step.VERIFYING: Outcome.IN_PROGRESS,
         Step.ROLLING_BACK: Outcome.IN_PROGRESS,

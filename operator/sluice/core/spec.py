@@ -5,6 +5,7 @@ Field names are camelCase on the wire (YAML/JSON), snake_case in Python.
 
 from __future__ import annotations
 
+import datetime as dt
 import re
 from typing import Literal
 
@@ -115,8 +116,19 @@ class UpgradePolicy(SpecModel):
     )
     replace_strategy: Literal["handOff", "backfill"] = Field(
         default="handOff",
-        description="handOff: the new query starts where the old one stopped; "
-        "backfill: the new query re-reads its sources from the earliest offsets.",
+        description="handOff: the new query starts where the old one stopped, on the same topic; "
+        "backfill: the new query re-reads its sources (from the earliest offsets or backfillFrom) into "
+        "a versioned topic beside the old one, which serves until the new one has caught up.",
+    )
+    backfill_from: str | None = Field(
+        default=None,
+        description="backfill: an RFC 3339 time (e.g. 2026-11-01T00:00:00Z) the new query starts reading "
+        "its sources at instead of the earliest offsets.",
+    )
+    max_lag_records: int = Field(
+        default=1000, ge=0, le=1_000_000_000,
+        description="backfill: the new query takes over once its sources are at most this many records "
+        "behind (summed over partitions) and it passed the health gate.",
     )
     health_timeout_seconds: int = Field(
         default=300, ge=10, le=86400,
@@ -138,6 +150,26 @@ class UpgradePolicy(SpecModel):
         description="Fail the upgrade when more than this share of the new plan's input rows go to "
         "the dead-letter topic.",
     )
+
+    @field_validator("backfill_from")
+    @classmethod
+    def _backfill_from(cls, value: str | None) -> str | None:
+        if value is not None:
+            parse_timestamp(value)
+        return value
+
+
+def parse_timestamp(text: str) -> dt.datetime:
+    """An RFC 3339 time with a zone (``2026-11-01T00:00:00Z``, ``...+01:00``)."""
+    try:
+        moment = dt.datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
+    except ValueError:
+        moment = None
+    if moment is None or moment.tzinfo is None or "T" not in text:
+        raise ValueError(f"{text!r} is not an RFC 3339 time with a zone such as 2026-11-01T00:00:00Z")
+    if moment < dt.datetime(1970, 1, 1, tzinfo=dt.UTC):
+        raise ValueError(f"{text!r} is before 1970-01-01T00:00:00Z")
+    return moment
 
 
 _DURATION = re.compile(r"^(?:(\d+)d)?(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?$")

@@ -62,6 +62,8 @@ class EventReason(StrEnum):
     UPGRADE_PENDING = "UpgradePending"
     UPGRADE_REJECTED = "UpgradeRejected"
     UPGRADE_CANCELLED = "UpgradeCancelled"
+    BACKFILL_CAUGHT_UP = "BackfillCaughtUp"
+    OUTPUT_SWITCHED = "OutputSwitched"
     SUSPENDED = "Suspended"
     RESUMED = "Resumed"
     DRAINING = "Draining"

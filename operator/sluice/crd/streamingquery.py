@@ -107,6 +107,9 @@ class PinnedPlan(StatusModel):
     format_version: int | None = Field(default=None, description="Plan format version.")
     hand_off_from: PreviousVersion | None = Field(
         default=None, description="The version this one replaced with hand-off (where it started).")
+    output_topic: str | None = Field(
+        default=None, description="The topic this version writes when it is not the plan's sink topic "
+        "(a replace with backfill wrote a versioned topic).")
 
 
 class VersionRecord(StatusModel):
@@ -120,7 +123,9 @@ class VersionRecord(StatusModel):
     transactional_id: str
     output_topic: str
     dead_letter_topics: list[str] = Field(default_factory=list)
-    state: Literal["Running", "Retired"]
+    state: Literal["Running", "Retired", "RolledBack"] = Field(
+        description="Running; Retired (a newer version replaced it); RolledBack (a replace to it failed: "
+        "what it left is removed at once).")
     since: str = Field(description="When it started serving.")
     retired_at: str | None = Field(default=None, description="When a newer version replaced it.")
 
@@ -141,9 +146,10 @@ class UpgradeError(StatusModel):
 
 
 class RollbackInfo(StatusModel):
-    mode: Literal["handBack", "restore"] = Field(
+    mode: Literal["handBack", "restore", "discard"] = Field(
         description="handBack: the old plan takes over on the current checkpoint; restore: from the "
-        "checkpoint snapshot kept before the switch."
+        "checkpoint snapshot kept before the switch; discard: a backfill that never took over is "
+        "removed (the old plan never stopped)."
     )
     reason: str = ""
     started: str
@@ -188,8 +194,8 @@ class Rollout(StatusModel):
     category: str
     decision: str
     strategy: str = Field(description="create, in-place, replace or none.")
-    step: str = Field(description="Deploying, Applying, Verifying, RollingBack, Failed, AwaitingUpgrade or "
-                      "Rejected.")
+    step: str = Field(description="Deploying, Backfilling, Applying, Verifying, RollingBack, Failed, "
+                      "AwaitingUpgrade or Rejected.")
     started: str
     message: str = ""
     gate_started: str | None = Field(default=None, description="When the health gate started.")
@@ -198,6 +204,11 @@ class Rollout(StatusModel):
     error: UpgradeError | None = None
     replace_strategy: str | None = Field(default=None, description="handOff or backfill (replace only).")
     previous: PreviousVersion | None = Field(default=None, description="The version a replace starts after.")
+    output_topic: str | None = Field(default=None, description="The topic the new version writes (replace).")
+    backfill_from: str | None = Field(default=None, description="earliest or an RFC 3339 time (backfill).")
+    max_lag_records: int | None = Field(default=None, description="The lag a backfill takes over at.")
+    lag_records: int | None = Field(default=None, description="The backfill's lag last seen (records).")
+    caught_up: str | None = Field(default=None, description="When the backfill caught up (the switch began).")
 
 
 class QueryIdentity(StatusModel):
@@ -242,6 +253,14 @@ class CleanupStatus(StatusModel):
                                             description="Id of the last checkpoint removal done.")
 
 
+class OutputStatus(StatusModel):
+    """Where the query's live result is."""
+
+    topic: str = Field(description="The topic holding the live result (a backfill moves it to a versioned "
+                       "topic when it takes over).")
+    since: str | None = Field(default=None, description="When this topic started holding it.")
+
+
 class StreamingQueryStatus(StatusModel):
     observed_generation: int | None = None
     phase: Phase | None = None
@@ -260,6 +279,7 @@ class StreamingQueryStatus(StatusModel):
         default_factory=list, description="Every plan version still known: the running one and the retired "
         "ones (what each created).")
     cleanup: CleanupStatus | None = Field(default=None, description="The clean-up of retired versions.")
+    output: OutputStatus | None = Field(default=None, description="Where the live result is.")
 
 
 class StreamingQuery(CrdModel, CrdKind):
@@ -278,6 +298,8 @@ class StreamingQuery(CrdModel, CrdKind):
         {"name": "Upgrade", "type": "string", "jsonPath": ".status.lastUpgrade.decision",
          "description": "Last upgrade decision"},
         {"name": "Ready", "type": "boolean", "jsonPath": ".status.ready"},
+        {"name": "Output", "type": "string", "jsonPath": ".status.output.topic",
+         "description": "Topic holding the live result"},
         {"name": "Active", "type": "string", "jsonPath": ".status.drivers.active",
          "description": "Driver pod running the query"},
         {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
