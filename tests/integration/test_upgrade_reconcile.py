@@ -25,6 +25,7 @@ from sluice.operator.metrics import OperatorMetrics
 from sluice.operator.reconcile import Env, reconcile_query
 
 from tests.support.drivers import T_ERROR, DriverSide
+from tests.support.waiting import eventually
 from tests.support.world import SQL, RecordingKube, World
 
 pytestmark = pytest.mark.integration
@@ -416,3 +417,113 @@ def test_a_retired_version_is_cleaned_up_after_retention_across_an_operator_rest
     reasons = w.reasons()
     assert {"CheckpointRemoved", "ConsumerGroupsDeleted", "PlanConfigMapDeleted",
             "VersionCleanedUp"} <= set(reasons)
+
+
+def pod_env(dep: dict[str, Any]) -> dict[str, str]:
+    return {e["name"]: e.get("value", "") for e in dep["spec"]["template"]["spec"]["containers"][0]["env"]}
+
+
+def backfill_gone(w: World) -> bool:
+    role = "app.kubernetes.io/component"
+    return not [d for d in w.of_kind("Deployment") if d["metadata"]["name"] == "totals-backfill"] and not [
+        p for p in w.of_kind("Pod") if p["metadata"]["labels"].get(role) == "backfill"]
+
+
+BACKFILL = {"replaceStrategy": "backfill", "maxLagRecords": 100, "healthBatches": 2}
+
+
+def test_a_backfill_runs_beside_the_old_version_and_switches_once_caught_up(world: World) -> None:
+    w, drivers = world, DriverSide(world.k.api, world.ns)
+    filler = DriverSide(world.k.api, world.ns, role="backfill")
+    w.add_query(upgrade=BACKFILL)
+    reconcile_query(w.env, w.current())
+    pinned, v1 = w.status()["plan"], w.status()["identity"]
+    assert w.status()["output"]["topic"] == w.topic
+    drivers.take_over(pinned["hash"], batches=10)
+    template = w.deployment()["spec"]["template"]
+
+    reconcile_query(w.env, replace_edit(w))
+    status = w.status()
+    rollout = status["rollout"]
+    target, versioned = rollout["targetHash"], f"{w.topic}-v2"
+    assert (rollout["step"], rollout["replaceStrategy"]) == ("Backfilling", "backfill")
+    assert rollout["outputTopic"] == versioned
+    assert "re-reads its sources from the earliest offsets" in status["lastUpgrade"]["message"]
+    # the old version keeps serving, untouched; the new one runs beside it on its own everything
+    assert w.deployment()["spec"]["template"] == template and status["plan"] == pinned
+    env = pod_env(w.deployment("backfill"))
+    assert env["SLUICE_CHECKPOINT"].endswith("/totals/v2") and env["SLUICE_CONSUMER_GROUP"].endswith(".v2")
+    assert env["SLUICE_LEASE_NAME"] == "totals-backfill" and env["SLUICE_OUTPUT_TOPIC"] == versioned
+    assert env["SLUICE_START_FROM"] == "earliest" and "SLUICE_PREVIOUS_VERSION" not in env
+    assert w.deployment("backfill")["spec"]["replicas"] == 1
+    assert versioned in w.topic_partitions()  # created like the sink topic, before the drivers start
+
+    # its gate passed, but it is still far behind: the old version keeps serving
+    filler.take_over(target, batches=3, lag=5000)
+    reconcile_query(w.env, w.current())
+    rollout = w.status()["rollout"]
+    assert rollout["step"] == "Backfilling" and rollout["lagRecords"] == 5000
+    assert "5000 records behind" in rollout["message"]
+    # caught up: the backfill stops first (one writer on version 2's checkpoint), then the drivers move
+    filler.progress(batches=5, lag=40)
+    reconcile_query(w.env, w.current())
+    assert w.status()["rollout"]["step"] in ("Applying", "Verifying")
+    assert "BackfillCaughtUp" in w.reasons()
+    eventually(lambda: backfill_gone(w), timeout=60, what="the backfill's Deployment and pods are gone")
+    reconcile_query(w.env, w.current())
+    assert w.status()["rollout"]["step"] == "Verifying"
+    assert w.k.get("Lease", w.ns, "totals-backfill") is None
+    env2 = driver_env(w)
+    assert env2["SLUICE_CHECKPOINT"] == env["SLUICE_CHECKPOINT"] and env2["SLUICE_OUTPUT_TOPIC"] == versioned
+    assert "SLUICE_START_FROM" not in env2 and "SLUICE_PREVIOUS_VERSION" not in env2
+    assert w.status()["output"]["topic"] == w.topic  # until the new version passed its gate here
+
+    drivers.take_over(target, batches=2)
+    reconcile_query(w.env, w.current())
+    status = w.status()
+    assert "rollout" not in status and status["lastUpgrade"]["outcome"] == "Succeeded"
+    assert status["plan"]["version"] == 2 and status["plan"]["outputTopic"] == versioned
+    assert "handOffFrom" not in status["plan"]
+    assert status["output"]["topic"] == versioned and "OutputSwitched" in w.reasons()
+    [v2_record, v1_record] = status["versions"]
+    assert (v2_record["outputTopic"], v2_record["deadLetterTopics"]) == (versioned, [f"{versioned}.dlq"])
+    assert (v1_record["state"], v1_record["outputTopic"], v1_record["checkpointPath"]) == (
+        "Retired", w.topic, v1["checkpointPath"])
+    # a later in-place edit stays on version 2 and its topic
+    reconcile_query(w.env, w.edit(sql=BY_ORDER_SQL.replace("FROM orders", "FROM orders WHERE amount > 0")))
+    assert w.status()["rollout"]["strategy"] == "in-place"
+    assert driver_env(w)["SLUICE_OUTPUT_TOPIC"] == versioned
+
+
+def test_a_backfill_that_fails_its_gate_is_removed_with_what_it_left(world: World) -> None:
+    w, drivers = world, DriverSide(world.k.api, world.ns)
+    filler = DriverSide(world.k.api, world.ns, role="backfill")
+    w.add_query(upgrade=BACKFILL)
+    reconcile_query(w.env, w.current())
+    pinned = w.status()["plan"]
+    drivers.take_over(pinned["hash"], batches=10)
+    template = w.deployment()["spec"]["template"]
+    reconcile_query(w.env, replace_edit(w))
+    rollout = w.status()["rollout"]
+    target, versioned = rollout["targetHash"], rollout["outputTopic"]
+    group = pod_env(w.deployment("backfill"))["SLUICE_CONSUMER_GROUP"]
+    w.commit_groups(group, f"{group}.eos.1f2e")
+    filler.take_over(target)
+    filler.fail(target, "Kafka broker unreachable")
+    reconcile_query(w.env, w.current())
+    assert w.status()["rollout"]["rollback"]["mode"] == "discard"
+    eventually(lambda: backfill_gone(w), timeout=60, what="the backfill's Deployment and pods are gone")
+    reconcile_query(w.env, w.current())
+    status = w.status()
+    assert status["lastUpgrade"]["outcome"] == "RolledBack" and status["plan"] == pinned
+    assert w.deployment()["spec"]["template"] == template  # version 1 never stopped
+    assert [(v["version"], v["state"]) for v in status["versions"]] == [(2, "RolledBack"), (1, "Running")]
+    # what version 2 left goes at once, no retention: its checkpoint (through the active driver),
+    # its groups and its versioned topic
+    assert drivers.clean_up() == (status["versions"][0]["checkpointPath"],)
+    reconcile_query(w.env, w.current())
+    status = w.status()
+    assert [(v["version"], v["state"]) for v in status["versions"]] == [(1, "Running")]
+    assert not {group, f"{group}.eos.1f2e"} & w.groups()
+    assert versioned not in w.topic_partitions() and w.topic in w.topic_partitions()
+    assert status["output"]["topic"] == w.topic

@@ -22,16 +22,17 @@ T_ERROR = "2026-01-01T00:00:01Z"
 class DriverSide:
     """Writes what the query's drivers write: the holder's Lease records and a pod's error."""
 
-    def __init__(self, api: Any, namespace: str, name: str = "totals") -> None:
-        self.ns, self.name = namespace, name
+    def __init__(self, api: Any, namespace: str, name: str = "totals", role: str = "driver") -> None:
+        self.ns, self.name, self.role = namespace, name, role  # role: driver, or backfill (its own Lease)
         self.k = Kube(api)  # the drivers' own client: not the operator's (nor its injected faults)
 
     def lease(self) -> dict[str, Any]:
-        lease = self.k.get("Lease", self.ns, f"{self.name}-driver")
+        lease = self.k.get("Lease", self.ns, f"{self.name}-{self.role}")
         assert lease is not None
         return lease
 
-    def take_over(self, plan_hash: str, batches: int = 0, gap: float | None = 0.8) -> int:
+    def take_over(self, plan_hash: str, batches: int = 0, gap: float | None = 0.8,
+                  lag: int | None = None) -> int:
         lease = self.lease()
         spec = lease["spec"]
         epoch = int(spec.get("leaseTransitions") or 0) + 1
@@ -42,16 +43,16 @@ class DriverSide:
                     acquireTime="2026-01-01T00:00:02.000000Z", renewTime="2026-01-01T00:00:02.000000Z")
         ann = lease["metadata"].setdefault("annotations", {})
         ann.update({HOLDER_PLAN: plan_hash, LAST_TAKEOVER: takeover.to_json(),
-                    HOLDER_PROGRESS: Progress(plan_hash, epoch, batches, batches).to_json()})
+                    HOLDER_PROGRESS: Progress(plan_hash, epoch, batches, batches, lag_records=lag).to_json()})
         self.k.replace(lease)
         return epoch
 
-    def progress(self, batches: int) -> None:
+    def progress(self, batches: int, lag: int | None = None) -> None:
         lease = self.lease()
         ann = lease["metadata"]["annotations"]
         old = Progress.from_json(ann[HOLDER_PROGRESS])
         assert old is not None
-        ann[HOLDER_PROGRESS] = Progress(old.plan_hash, old.epoch, batches, batches).to_json()
+        ann[HOLDER_PROGRESS] = Progress(old.plan_hash, old.epoch, batches, batches, lag_records=lag).to_json()
         self.k.replace(lease)
 
     def clean_up(self) -> tuple[str, ...]:
@@ -68,7 +69,8 @@ class DriverSide:
     def fail(self, plan_hash: str, message: str, time: str = T_ERROR) -> None:
         """The driver pod of ``plan_hash`` reports that its query terminated with an exception."""
         def pod() -> dict[str, Any] | None:
-            selector = f"sluice.dev/query={self.name},sluice.dev/plan-hash={plan_hash[:12]}"
+            selector = (f"sluice.dev/query={self.name},sluice.dev/plan-hash={plan_hash[:12]},"
+                        f"app.kubernetes.io/component={self.role}")
             pods = self.k.list("Pod", self.ns, selector)
             return pods[0] if pods else None
 

@@ -136,8 +136,10 @@ class World:
     def kinds(self) -> set[str]:
         return {kind for kind in WORKLOAD_KINDS if self.of_kind(kind)}
 
-    def deployment(self) -> dict[str, Any]:
-        [dep] = self.of_kind("Deployment")
+    def deployment(self, role: str = "driver") -> dict[str, Any]:
+        """The query's driver Deployment (``role="backfill"``: a backfill's, beside it)."""
+        [dep] = [d for d in self.of_kind("Deployment")
+                 if d["metadata"]["labels"].get("app.kubernetes.io/component") == role]
         return dep
 
     def lease(self, name: str = "totals-driver") -> dict[str, Any]:
@@ -150,11 +152,12 @@ class World:
 
     # -- Kafka -----------------------------------------------------------------------------
     def topic_partitions(self) -> dict[str, int]:
-        """Sink topics of this test on the broker -> partition count."""
+        """Sink topics of this test on the broker (versioned ones included) -> partition count."""
         from confluent_kafka.admin import AdminClient
 
         meta = AdminClient({"bootstrap.servers": self.kafka}).list_topics(timeout=10)
-        return {t: len(m.partitions) for t, m in meta.topics.items() if t == self.topic}
+        return {t: len(m.partitions) for t, m in meta.topics.items()
+                if t == self.topic or t.startswith(f"{self.topic}-v")}
 
     def commit_groups(self, *groups: str) -> None:
         """Consumer groups with a committed offset, as a version's sources and exactly-once markers

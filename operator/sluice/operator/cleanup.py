@@ -17,6 +17,7 @@ from sluice.core.election import lease_name
 from sluice.core.gate import parse_time
 from sluice.core.spec import CleanupPolicy
 from sluice.core.status import EventReason, now_rfc3339
+from sluice.core.versions import RETIRED, ROLLED_BACK
 from sluice.crd.querycluster import QueryClusterSpec
 from sluice.operator.builders.context import QueryContext
 from sluice.operator.common import QueryRun
@@ -32,7 +33,7 @@ def policy_of(ctx: QueryContext) -> CleanupPolicy:
 def clean_up(run: QueryRun, ctx: QueryContext, cluster: QueryClusterSpec) -> None:
     """Clean up what the due retired versions left; record when the next one falls due."""
     versions = list(run.status.get("versions") or [])
-    if not any(v.get("state") == "Retired" for v in versions):
+    if not any(v.get("state") in (RETIRED, ROLLED_BACK) for v in versions):
         if run.status.get("cleanup"):
             run.write({"cleanup": None})
         return
@@ -68,8 +69,9 @@ def clean_up(run: QueryRun, ctx: QueryContext, cluster: QueryClusterSpec) -> Non
     run.write({"versions": [v for v in versions if int(v.get("version") or 0) not in gone],
                "cleanup": {"nextDue": next_due} if next_due else None})
     for item in decided.due:
+        how = "rolled back" if item.get("state") == ROLLED_BACK else "retired"
         run.event("Normal", EventReason.VERSION_CLEANED_UP,
-                  f"plan version {item['version']} cleaned up (retired {item.get('retiredAt')}); "
+                  f"plan version {item['version']} cleaned up ({how} {item.get('retiredAt')}); "
                   f"its transactional id {item.get('transactionalId')} expires on the brokers by itself")
 
 
@@ -113,3 +115,9 @@ def _delete_config_maps(run: QueryRun, ctx: QueryContext, kept: list[dict[str, A
     for name in plan_mod.config_maps_to_delete(existing, needed):
         if run.env.kube.delete("ConfigMap", run.ns, name):
             run.event("Normal", EventReason.PLAN_CONFIG_MAP_DELETED, f"deleted plan ConfigMap {name}")
+
+
+def discard_pending(run: QueryRun) -> bool:
+    """Whether a rolled-back version's leftovers are still to be removed (a new rollout of the same
+    version number must start on an empty checkpoint)."""
+    return any(v.get("state") == ROLLED_BACK for v in run.status.get("versions") or [])

@@ -59,7 +59,12 @@ def delete_query(env: Env, body: dict[str, Any], retry: int, runtime_seconds: fl
     if deployment is not None and deployment["spec"].get("replicas", 0) != 0:
         env.kube.patch("Deployment", ns, names.driver, {"spec": {"replicas": 0}})
         run.event("Normal", EventReason.DRAINING, "draining the drivers before deletion")
+    # a backfill in flight (a replace's new version beside the drivers) stops too
+    backfill_name = f"{names.base}-backfill"
+    if env.kube.get("Deployment", ns, backfill_name) is not None:
+        env.kube.delete("Deployment", ns, backfill_name)
     pods = env.kube.list("Pod", ns, driverlease.driver_selector(names.base))
+    pods += env.kube.list("Pod", ns, f"sluice.dev/query={names.base},app.kubernetes.io/component=backfill")
     if pods:
         if runtime_seconds < drain_budget:
             raise Retry(f"waiting for {len(pods)} driver pod(s) to drain", 5)
@@ -99,6 +104,13 @@ def _delete_inventory(run: QueryRun, admin: TopicAdmin) -> None:
     """``deletionPolicy: Delete``: what every plan version recorded in ``status.versions`` created
     on the brokers (dead-letter and output topics, consumer and exactly-once marker groups)."""
     versions = list(run.status.get("versions") or [])
+    rollout = run.status.get("rollout") or {}
+    if rollout.get("outputTopic") and rollout.get("targetPlanVersion"):  # a replace in flight
+        ident = run.status.get("identity") or {}
+        group = str(ident.get("consumerGroup") or "")
+        stem = group.rsplit(".v", 1)[0] if ".v" in group else ""
+        versions.append({"version": rollout["targetPlanVersion"], "outputTopic": rollout["outputTopic"],
+                         "consumerGroup": f"{stem}.v{rollout['targetPlanVersion']}" if stem else None})
     if not versions:
         return
     everything = CleanupPolicy(delete_topics="AfterRetention")

@@ -19,6 +19,7 @@ from sluice.core.errors import CompileError
 from sluice.core.manifest import validation_problems
 from sluice.core.rollout import Step, held_back
 from sluice.core.status import EventReason, Reason, StatusProblem
+from sluice.core.versions import live_topic
 from sluice.crd.querycluster import QueryClusterSpec
 from sluice.crd.streamingquery import StreamingQuerySpec
 from sluice.operator import builders
@@ -133,7 +134,8 @@ def reconcile_query(env: Env, body: dict[str, Any], retry: int = 0) -> str:
         admin = env.topic_admin(run.ns, cluster)
         partitions, replication = sink_topic_settings(spec.sink.partitions, spec.sink.replication_factor,
                                                       cluster.kafka)
-        result = admin.ensure_topic(plan.sink.topic, partitions, replication)
+        # the topic the running version writes (a backfill may have moved it off the plan's sink topic)
+        result = admin.ensure_topic(ctx.output_topic or plan.sink.topic, partitions, replication)
     except KafkaUnavailable as exc:
         message = f"Kafka at {cluster.kafka.bootstrap_servers} is unreachable: {exc}"
         _problem(run, spec, Reason.KAFKA_UNREACHABLE, message, {"cluster": cluster_name},
@@ -146,6 +148,9 @@ def reconcile_query(env: Env, body: dict[str, Any], retry: int = 0) -> str:
     # 5. the rollout state machine, carried out step by step, and the workload objects
     base_updates: dict[str, Any] = {"cluster": cluster_name, "lastCompileError": None}
     ready = advance(run, ctx, spec, cluster, plan, plan_hash, plan_json, base_updates)
+    if not run.status.get("output") and run.status.get("plan"):  # a query from before status.output
+        topic = live_topic(run.status.get("plan"), run.status.get("versions")) or plan.sink.topic
+        base_updates["output"] = {"topic": topic}
 
     # 6. observedGeneration, conditions and phase
     problem = None

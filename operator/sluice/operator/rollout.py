@@ -7,12 +7,14 @@ the cluster found, the plan compiled and the sink topic there.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from typing import Any
 
 from sluice.core.plan.model import Plan
-from sluice.core.replace import previous_version, state_reset_note
+from sluice.core.replace import backfill_output_topic, previous_version, state_reset_note
 from sluice.core.rollout import (
+    HAND_OFF,
     Action,
     Outcome,
     Step,
@@ -31,7 +33,7 @@ from sluice.core.status import EventReason, Facts
 from sluice.core.versions import version_record, with_running
 from sluice.crd.querycluster import QueryClusterSpec
 from sluice.crd.streamingquery import StreamingQuerySpec
-from sluice.operator import cleanup, upgrade
+from sluice.operator import backfill, cleanup, upgrade
 from sluice.operator.builders.context import QueryContext
 from sluice.operator.common import QueryRun
 from sluice.operator.workload import _converge, _ensure_plan_config_map, _identity_status
@@ -82,8 +84,12 @@ def advance(run: QueryRun, ctx: QueryContext, spec: StreamingQuerySpec, cluster:
             return upgrade.start_rollback(run, ctx, rollout, upgrade.read_lease(run, ctx),
                                           why_failed="", error=None, cancelled=True)
         elif action.kind == "classify":
+            if cleanup.discard_pending(run):  # a rolled-back version's leftovers go before a new rollout
+                ready = _converge(run, ctx, run.status["plan"]["hash"], run.status["plan"]["configMap"])
+                cleanup.clean_up(run, ctx, cluster)
+                return ready
             ready = _classify(run, ctx, spec, cluster, plan, plan_hash, plan_json, base, action.from_hash)
-            if run.status.get("rollout", {}).get("step") != Step.APPLYING:
+            if run.status.get("rollout", {}).get("step") not in (Step.APPLYING, Step.BACKFILLING):
                 return ready
         elif action.kind == "cancel":
             _cancel(run)
@@ -93,7 +99,7 @@ def advance(run: QueryRun, ctx: QueryContext, spec: StreamingQuerySpec, cluster:
                              rollout["targetConfigMap"] or ctx.names.plan_config_map(rollout["targetHash"]))
         else:  # steady or wait: keep the workload converged on the pinned plan
             ready = _converge(run, ctx, run.status["plan"]["hash"], run.status["plan"]["configMap"])
-            if action.kind == "steady":  # nothing in flight: what retired versions left may go
+            if action.kind in ("steady", "held"):  # nothing in flight: what retired versions left may go
                 cleanup.clean_up(run, ctx, cluster)
             return ready
     return ready
@@ -129,6 +135,8 @@ def _finish(run: QueryRun, ctx: QueryContext, plan: Plan | None, plan_hash: str,
     # the phase follows in the same write: a pinned plan never shows as Pending
     updates: dict[str, Any] = {"plan": completed_plan(rollout, plan.version if plan else None),
                                "rollout": None}
+    if plan is not None and not run.status.get("output"):
+        updates["output"] = {"topic": plan.sink.topic, "since": rollout["started"]}
     if plan is not None:
         updates["versions"] = with_running(run.status.get("versions"), version_record(
             ctx.identity, plan, plan_hash, cm_name, rollout["started"]), run.env.clock())
@@ -163,6 +171,14 @@ def _resume(run: QueryRun, ctx: QueryContext, plan: Plan, plan_hash: str, plan_j
         return upgrade.switch(run, ctx, rollout)
     if step == Step.VERIFYING:
         return upgrade.verify(run, ctx, rollout, policy)
+    if step == Step.BACKFILLING:
+        found = backfill.advance(run, ctx, upgrade.rollout_context(ctx, rollout), rollout, policy)
+        if found.kind == "fail":
+            upgrade.start_rollback(run, ctx, rollout, upgrade.read_lease(run, ctx), why_failed=found.message,
+                                   error=upgrade.error_status(found.error))
+        elif found.kind == "switch" and found.rollout is not None:
+            upgrade.switch(run, ctx, found.rollout)
+        return found.ready
     return upgrade.roll_back(run, ctx, rollout)
 
 
@@ -192,17 +208,22 @@ def _classify(run: QueryRun, ctx: QueryContext, spec: StreamingQuerySpec, cluste
     # the version that runs: a replace that failed its gate (rollback Never) left the next one running
     basis = upgrade.rollout_context(ctx, running) if running else ctx
     previous = None
+    output_topic: str | None = None
     if old_cm is not None and decision == "replace":
         ident = basis.identity
         previous = previous_version(version=basis.plan_version, plan=old,
                                     plan_hash=str(from_hash or pinned["hash"]),
                                     checkpoint=ident.checkpoint_path, consumer_group=ident.consumer_group,
-                                    transactional_id=ident.transactional_id).to_dict()
+                                    transactional_id=ident.transactional_id,
+                                    output_topic=basis.output_topic).to_dict()
+        output_topic = _replace_output_topic(basis, old, plan, policy.replace_strategy)
     rollout = classified_rollout(pinned={**pinned, "version": basis.plan_version}, target_hash=plan_hash,
                                  target_config_map=cm_name, category=category, decision=decision,
                                  from_hash=from_hash, allow_replace=policy.allow_replace, now=now,
                                  replace_strategy=policy.replace_strategy, previous=previous,
-                                 replace_note=state_reset_note(plan) if decision == "replace" else "")
+                                 replace_note=state_reset_note(plan) if decision == "replace" else "",
+                                 output_topic=output_topic, backfill_from=policy.backfill_from,
+                                 max_lag_records=policy.max_lag_records)
     if rollout["step"] == Step.APPLYING:
         # the Lease term count before anything moves: only a term after it passes the gate
         lease = upgrade.read_lease(run, ctx)
@@ -221,12 +242,23 @@ def _classify(run: QueryRun, ctx: QueryContext, spec: StreamingQuerySpec, cluste
         run.event("Normal", EventReason.UPGRADE_PENDING, rollout["message"])
     elif rollout["step"] == Step.REJECTED:
         run.event("Warning", EventReason.UPGRADE_REJECTED, rollout["message"] + f": {summary}")
-    if rollout["step"] == Step.APPLYING:
+    if rollout["step"] in (Step.APPLYING, Step.BACKFILLING):
         _ensure_plan_config_map(run, ctx, plan_hash, plan_json)
-        kind = "replace" if is_replace(rollout) else "in-place upgrade"
+        kind = f"replace with {rollout['replaceStrategy']}" if is_replace(rollout) else "in-place upgrade"
         run.event("Normal", EventReason.UPGRADE_STARTED,
                   f"{kind} {str(from_hash)[:12]} -> {plan_hash[:12]}: {rollout['message']}")
         return False
     # waiting or rejected: the workload stays on the plan it runs
     deployed_cm = from_cm_name
     return _converge(run, ctx, str(from_hash or pinned["hash"]), deployed_cm)
+
+
+def _replace_output_topic(basis: QueryContext, old: Plan, new: Plan, strategy: str) -> str | None:
+    """The topic a replace's new version writes, when it is not its plan's sink topic: a backfill's
+    versioned topic (unless the edit named a new sink topic); with hand-off, the topic the running
+    version was moved to by a backfill before (unless the edit named a new one)."""
+    if strategy == HAND_OFF:
+        return basis.output_topic if new.sink.topic == old.sink.topic else None
+    nxt = dataclasses.replace(basis, plan_version=basis.plan_version + 1)
+    return backfill_output_topic(new.sink.topic, old.sink.topic, nxt.identity.versioned_topic(new.sink.topic))
+

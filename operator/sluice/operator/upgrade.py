@@ -20,6 +20,7 @@ from sluice.core.naming import PLAN_FILE
 from sluice.core.plan.model import Plan
 from sluice.core.replace import PreviousVersion
 from sluice.core.rollout import (
+    DISCARD,
     HAND_BACK,
     RESTORE,
     Outcome,
@@ -27,6 +28,7 @@ from sluice.core.rollout import (
     completed_plan,
     failed,
     finished_record,
+    is_backfill,
     is_replace,
     rollback_mode,
     rolling_back,
@@ -35,7 +37,8 @@ from sluice.core.rollout import (
 )
 from sluice.core.spec import UpgradePolicy
 from sluice.core.status import EventReason, Facts, Reason, StatusProblem
-from sluice.core.versions import version_record, with_plan, with_running
+from sluice.core.versions import version_record, with_plan, with_rolled_back, with_running
+from sluice.operator import backfill
 from sluice.operator.builders.context import QueryContext
 from sluice.operator.common import QueryRun
 from sluice.operator.driverlease import driver_selector
@@ -66,10 +69,12 @@ def error_status(error: DriverError | None) -> dict[str, Any] | None:
 
 
 def pinned_context(ctx: QueryContext, pinned: dict[str, Any] | None) -> QueryContext:
-    """The context of the pinned plan's version (and the version it replaced with hand-off)."""
+    """The context of the pinned plan's version (the version it replaced with hand-off, the topic it
+    writes when a backfill moved it)."""
     hand_off_from = (pinned or {}).get("handOffFrom")
     previous = PreviousVersion.from_dict(hand_off_from, "status.plan.handOffFrom") if hand_off_from else None
-    return dataclasses.replace(ctx, plan_version=int((pinned or {}).get("version") or 1), previous=previous)
+    return dataclasses.replace(ctx, plan_version=int((pinned or {}).get("version") or 1), previous=previous,
+                               output_topic=(pinned or {}).get("outputTopic") or None)
 
 
 def rollout_context(ctx: QueryContext, rollout: dict[str, Any]) -> QueryContext:
@@ -78,14 +83,25 @@ def rollout_context(ctx: QueryContext, rollout: dict[str, Any]) -> QueryContext:
     version = int(rollout.get("targetPlanVersion") or ctx.plan_version)
     if version == ctx.plan_version:
         return ctx
-    previous = rollout.get("previous")
+    # a backfill's version continues the backfill's checkpoint: nothing to hand off from
+    previous = rollout.get("previous") if not is_backfill(rollout) else None
     return dataclasses.replace(ctx, plan_version=version, previous=PreviousVersion.from_dict(
-        previous, "status.rollout.previous") if previous else None)
+        previous, "status.rollout.previous") if previous else None,
+        output_topic=rollout.get("outputTopic") or None)
 
 
 def switch(run: QueryRun, ctx: QueryContext, rollout: dict[str, Any]) -> bool:
     """Applying: put the driver Deployment on the target plan (a new warm driver starts, the old
-    one hands off when it is ready), then start the gate. A replace puts it on the new version."""
+    one hands off when it is ready), then start the gate. A replace puts it on the new version; a
+    backfill's workload stops first (one writer on the new version's checkpoint)."""
+    if is_backfill(rollout):
+        waiting = backfill.stop(run, ctx)
+        if waiting is not None:
+            stable = run.status["plan"]
+            ready = _converge(run, ctx, stable["hash"], stable["configMap"])
+            if rollout.get("message") != waiting:
+                run.write({"rollout": {**rollout, "message": waiting}})
+            return ready
     ready = _converge(run, rollout_context(ctx, rollout), rollout["targetHash"], rollout["targetConfigMap"])
     # the Lease term count was read before the Applying step was written: a driver of the target
     # plan that took over before an operator restart still counts, one from before the rollout not
@@ -146,12 +162,17 @@ def _succeeded(run: QueryRun, ctx: QueryContext, rollout: dict[str, Any], record
                               checkpoint=target.identity.checkpoint_path, epoch=epoch, message=result.message)
     stable = run.status.get("plan") or {}
     previous = stable.get("hash") or "?"
+    old_output = (run.status.get("output") or {}).get("topic")
     pinned = completed_plan(rollout, stable.get("formatVersion"))
     updates: dict[str, Any] = {"plan": pinned, "rollout": None, "lastUpgrade": upgrade,
                                "history": with_history(run.status.get("history"), upgrade)}
     if is_replace(rollout):
         updates["identity"] = _identity_status(target)
         updates["versions"] = _versions_after_replace(run, ctx, target, rollout, now)
+        old_topic = (run.status.get("output") or {}).get("topic")
+        new_topic = target.output_topic or old_topic
+        if new_topic and new_topic != old_topic:
+            updates["output"] = {"topic": new_topic, "since": now}
     else:
         if stable.get("handOffFrom"):  # the drivers keep the environment they run with
             pinned["handOffFrom"] = stable["handOffFrom"]
@@ -162,11 +183,15 @@ def _succeeded(run: QueryRun, ctx: QueryContext, rollout: dict[str, Any], record
     run.write(updates, Facts(generation=run.generation, plan_pinned=True, suspended=ctx.spec.suspend,
                              driver_ready=True))
     gap = upgrade.get("gapSeconds")
-    how = (f"replaced with hand-off (plan version {target.plan_version}, checkpoint "
+    how = (f"replaced with {rollout.get('replaceStrategy')} (plan version {target.plan_version}, checkpoint "
            f"{target.identity.checkpoint_path})" if is_replace(rollout) else "upgraded in place")
     run.event("Normal", EventReason.UPGRADE_SUCCEEDED,
               f"plan {previous[:12]} -> {rollout['targetHash'][:12]} {how}: {result.message}"
               + (f"; output gap {gap:.2f}s" if isinstance(gap, (int, float)) else ""))
+    if "output" in updates:
+        run.event("Normal", EventReason.OUTPUT_SWITCHED,
+                  f"the live result is now in topic {updates['output']['topic']!r} (plan version "
+                  f"{target.plan_version}); topic {old_output!r} no longer changes")
     return True
 
 
@@ -185,12 +210,29 @@ def _versions_after_replace(run: QueryRun, ctx: QueryContext, target: QueryConte
         old = _plan_of(run, stable.get("configMap"))
         if old is not None:
             versions.append(version_record(ctx.identity, old, stable["hash"], stable["configMap"],
-                                           str(run.status.get("lastUpgrade", {}).get("startedAt") or now)))
+                                           str(run.status.get("lastUpgrade", {}).get("startedAt") or now),
+                                           output_topic=ctx.output_topic))
     new = _plan_of(run, rollout.get("targetConfigMap"))
     if new is None:
         return versions
     return with_running(versions, version_record(target.identity, new, rollout["targetHash"],
-                                                 rollout["targetConfigMap"], now), now)
+                                                 rollout["targetConfigMap"], now,
+                                                 output_topic=target.output_topic), now)
+
+
+def _versions_after_rollback(run: QueryRun, ctx: QueryContext, rollout: dict[str, Any],
+                             now: str) -> list[dict[str, Any]] | None:
+    """``status.versions`` with a replace's new version recorded as rolled back (what it left is
+    removed at once by the clean-up), or None for an in-place rollout."""
+    if not is_replace(rollout):
+        return None
+    new = _plan_of(run, rollout.get("targetConfigMap"))
+    if new is None:
+        return None
+    target = rollout_context(ctx, rollout)
+    record = version_record(target.identity, new, rollout["targetHash"], rollout["targetConfigMap"],
+                            str(rollout.get("started") or now), output_topic=target.output_topic)
+    return with_rolled_back(run.status.get("versions"), record, now)
 
 
 def _target_ran(record: LeaseRecord | None, rollout: dict[str, Any]) -> tuple[bool, int | None]:
@@ -236,7 +278,7 @@ def start_rollback(run: QueryRun, ctx: QueryContext, rollout: dict[str, Any], re
     replace = is_replace(rollout)
     back_in_place = _back_is_in_place(run, ctx, rollout) if ran and not replace else True
     mode, why = rollback_mode(back_is_in_place=back_in_place, target_ran=ran, backstop_epoch=backstop_epoch,
-                              replace=replace)
+                              replace=replace, backfilling=rollout.get("step") == Step.BACKFILLING)
     start_epoch = record.transitions if record is not None else 0
     new = rolling_back(rollout, now=run.env.clock(), start_epoch=start_epoch, mode=mode,
                        why=why if cancelled else f"{why_failed}; {why}", error=error, cancelled=cancelled,
@@ -271,10 +313,15 @@ def roll_back(run: QueryRun, ctx: QueryContext, rollout: dict[str, Any]) -> bool
     if info.get("mode") == RESTORE:
         _request_restore(run, ctx, rollout, stable["hash"], int(info["restoreEpoch"]))
     ready = _converge(run, ctx, stable["hash"], stable["configMap"])
-    result, _ = _evaluate(run, ctx, rollout, ctx.spec.upgrade or ctx.cluster.upgrade,
-                          plan_hash=stable["hash"], start_epoch=info.get("startEpoch"),
-                          started=info.get("started"), batches_needed=ROLLBACK_BATCHES)
     now = run.env.clock()
+    if info.get("mode") == DISCARD:  # the stable version never stopped: done once the backfill is gone
+        if backfill.stop(run, ctx) is not None:
+            return ready
+        result = gate.GateResult(gate.Verdict.PASS, "the previous version kept serving")
+    else:
+        result, _ = _evaluate(run, ctx, rollout, ctx.spec.upgrade or ctx.cluster.upgrade,
+                              plan_hash=stable["hash"], start_epoch=info.get("startEpoch"),
+                              started=info.get("started"), batches_needed=ROLLBACK_BATCHES)
     if result.verdict == gate.Verdict.WAIT:
         return False
     cancelled = bool(info.get("cancelled"))
@@ -282,12 +329,16 @@ def roll_back(run: QueryRun, ctx: QueryContext, rollout: dict[str, Any]) -> bool
         outcome = Outcome.CANCELLED if cancelled else Outcome.ROLLED_BACK
         upgrade = finished_record(run.status.get("lastUpgrade"), outcome, now, rollback=info.get("mode"),
                                   checkpoint=ctx.identity.checkpoint_path)
-        run.write({"rollout": None, "lastUpgrade": upgrade,
-                   "history": with_history(run.status.get("history"), upgrade)},
-                  Facts(generation=run.generation, plan_pinned=True, suspended=ctx.spec.suspend,
-                        driver_ready=True))
-        how = "handed back on the current checkpoint" if info.get("mode") == HAND_BACK else (
-            f"restored from checkpoint epoch {info.get('restoreEpoch')}")
+        updates: dict[str, Any] = {"rollout": None, "lastUpgrade": upgrade,
+                                   "history": with_history(run.status.get("history"), upgrade)}
+        versions = _versions_after_rollback(run, ctx, rollout, now)
+        if versions is not None:
+            updates["versions"] = versions
+        run.write(updates, Facts(generation=run.generation, plan_pinned=True, suspended=ctx.spec.suspend,
+                                 driver_ready=True))
+        how = {HAND_BACK: "handed back on the current checkpoint",
+               DISCARD: "kept serving; the backfill was removed"}.get(
+            str(info.get("mode")), f"restored from checkpoint epoch {info.get('restoreEpoch')}")
         reason = EventReason.UPGRADE_CANCELLED if cancelled else EventReason.UPGRADE_ROLLED_BACK
         run.event("Normal" if cancelled else "Warning", reason,
                   f"plan {stable['hash'][:12]} runs again ({how})"

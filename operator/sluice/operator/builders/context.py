@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from sluice import __version__
+from sluice.core import election
 from sluice.core.naming import QueryIdentity, QueryNames
 from sluice.core.replace import PreviousVersion
 from sluice.crd.common import API_VERSION, Resources
@@ -18,6 +19,7 @@ HTTP_PORT = 8080
 DRIVER_PORT = 7078
 BLOCK_MANAGER_PORT = 7079
 RUN_AS_USER = 10001
+BACKFILL_ROLE = "backfill"
 
 
 def default_image(version: str = __version__) -> str:
@@ -35,6 +37,12 @@ class QueryContext:
     #: a version started by a replace with hand-off: the version before it (its drivers' first term
     #: starts where that one's output ends)
     previous: PreviousVersion | None = None
+    #: the topic this version writes when it is not the plan's sink topic (SLUICE_OUTPUT_TOPIC)
+    output_topic: str | None = None
+    #: a backfill's start on its fresh checkpoint: ``earliest`` or an RFC 3339 time (SLUICE_START_FROM)
+    start_from: str | None = None
+    #: ``driver`` (the query's drivers) or ``backfill`` (a replace's new version running beside them)
+    role: str = "driver"
 
     @property
     def names(self) -> QueryNames:
@@ -46,6 +54,19 @@ class QueryContext:
             service_id=self.cluster.service_id, namespace=self.namespace, name=self.name,
             uid=self.uid, plan_version=self.plan_version,
         )
+
+    @property
+    def backfill(self) -> bool:
+        return self.role == BACKFILL_ROLE
+
+    @property
+    def workload_name(self) -> str:
+        """The Deployment (and its Lease): ``<base>-driver``, or ``<base>-backfill``."""
+        return f"{self.names.base}-backfill" if self.backfill else self.names.driver
+
+    @property
+    def lease(self) -> str:
+        return self.workload_name if self.backfill else election.lease_name(self.names.base)
 
     @property
     def image(self) -> str:
@@ -72,8 +93,10 @@ class QueryContext:
 
     @property
     def driver_replicas(self) -> int:
-        """Driver pods: none when suspended, else the active one plus the standbys."""
-        return 0 if self.spec.suspend else 1 + self.standby_replicas
+        """Driver pods: none when suspended, else the active one plus the standbys (a backfill: one)."""
+        if self.spec.suspend:
+            return 0
+        return 1 if self.backfill else 1 + self.standby_replicas
 
     @property
     def retain_state(self) -> bool:
@@ -90,6 +113,11 @@ class QueryContext:
         }
 
     def selector(self) -> dict[str, str]:
+        """The pods of this workload (the drivers, or the backfill's)."""
+        return {"sluice.dev/query": self.names.base, "app.kubernetes.io/component": self.role}
+
+    def driver_selector(self) -> dict[str, str]:
+        """The query's driver pods (whatever this context's role)."""
         return {"sluice.dev/query": self.names.base, "app.kubernetes.io/component": "driver"}
 
     def labels(self, component: str) -> dict[str, str]:

@@ -8,7 +8,7 @@ from typing import Any
 
 from sluice.core import election
 from sluice.core.naming import PLAN_FILE, PLAN_MOUNT, STATE_MOUNT
-from sluice.core.replace import PREVIOUS_VERSION_ENV
+from sluice.core.replace import OUTPUT_TOPIC_ENV, PREVIOUS_VERSION_ENV, START_FROM_ENV
 from sluice.operator.builders.context import (
     BLOCK_MANAGER_PORT,
     DRIVER_PORT,
@@ -43,7 +43,7 @@ def spark_conf(ctx: QueryContext) -> dict[str, str]:
             # client mode inside the driver pod: Spark talks to the API server with the pod's
             # service account; executor pods are owned by the driver pod (garbage-collected with it)
             "spark.kubernetes.driver.pod.name": "$(POD_NAME)",
-            "spark.kubernetes.executor.podNamePrefix": ctx.names.base,
+            "spark.kubernetes.executor.podNamePrefix": ctx.names.base + ("-backfill" if ctx.backfill else ""),
             "spark.kubernetes.executor.label.sluice.dev/query": ctx.names.base,
             "spark.kubernetes.executor.label.app.kubernetes.io/component": "executor",
             "spark.kubernetes.executor.label.app.kubernetes.io/managed-by": MANAGED_BY,
@@ -114,13 +114,17 @@ def driver_env(ctx: QueryContext) -> list[dict[str, Any]]:
         {"name": "SLUICE_TRANSACTIONAL_ID", "value": ident.transactional_id},
         {"name": "HOME", "value": TMP_MOUNT},
         # driver election: every driver pod competes for this Lease; the holder runs the query
-        {"name": "SLUICE_LEASE_NAME", "value": election.lease_name(ctx.names.base)},
+        {"name": "SLUICE_LEASE_NAME", "value": ctx.lease},
         {"name": "SLUICE_LEASE_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
         {"name": "SLUICE_POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
         {"name": "SLUICE_LEASE_SECONDS", "value": str(LEASE_SECONDS)},
     ]
     if ctx.previous is not None:  # a replaced version: its first term starts where this one ended
         env.append({"name": PREVIOUS_VERSION_ENV, "value": ctx.previous.to_json()})
+    if ctx.output_topic is not None:  # a version on a topic of its own (a backfill's)
+        env.append({"name": OUTPUT_TOPIC_ENV, "value": ctx.output_topic})
+    if ctx.start_from is not None:  # a backfill's fresh checkpoint starts there
+        env.append({"name": START_FROM_ENV, "value": ctx.start_from})
     kafka = ctx.cluster.kafka
     if kafka.sasl is not None:
         env.append({"name": "SLUICE_KAFKA_SASL_MECHANISM", "value": kafka.sasl.mechanism})
@@ -151,7 +155,7 @@ def update_strategy(ctx: QueryContext) -> dict[str, Any]:
 def affinity(ctx: QueryContext) -> dict[str, Any]:
     """All drivers share the state claim: on the claim's node when it is ReadWriteOnce(Pod),
     spread over nodes when it is ReadWriteMany."""
-    term = {"topologyKey": HOSTNAME_TOPOLOGY, "labelSelector": {"matchLabels": ctx.selector()}}
+    term = {"topologyKey": HOSTNAME_TOPOLOGY, "labelSelector": {"matchLabels": ctx.driver_selector()}}
     if ctx.cluster.storage.access_mode == "ReadWriteMany":
         return {"podAntiAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
             {"weight": 100, "podAffinityTerm": term}]}}
@@ -165,7 +169,7 @@ def driver_deployment(ctx: QueryContext, plan_hash: str, config_map: str) -> dic
     (``sluice.dev/role``) and deletion cost; neither is in the template, so role changes never
     roll the Deployment.
     """
-    labels = ctx.labels("driver")
+    labels = ctx.labels(ctx.role)
     pod_annotations = {
         "sluice.dev/plan-hash": plan_hash,
         "sluice.dev/restart-nonce": ctx.spec.restart_nonce or "",
@@ -235,7 +239,7 @@ def driver_deployment(ctx: QueryContext, plan_hash: str, config_map: str) -> dic
     return {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
-        "metadata": ctx.metadata(ctx.names.driver, "driver",
+        "metadata": ctx.metadata(ctx.workload_name, ctx.role,
                                  extra_labels={"sluice.dev/plan-hash": plan_hash[:12]}),
         "spec": {
             "replicas": ctx.driver_replicas,

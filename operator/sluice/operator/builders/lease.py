@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from sluice.core import election
 from sluice.operator.builders.context import QueryContext
 from sluice.operator.builders.driver import LEASE_SECONDS
 
@@ -18,6 +17,6 @@ def driver_lease(ctx: QueryContext) -> dict[str, Any]:
     return {
         "apiVersion": "coordination.k8s.io/v1",
         "kind": "Lease",
-        "metadata": ctx.metadata(election.lease_name(ctx.names.base), "driver"),
+        "metadata": ctx.metadata(ctx.lease, ctx.role),
         "spec": {"leaseDurationSeconds": LEASE_SECONDS},
     }
