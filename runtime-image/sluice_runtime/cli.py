@@ -51,7 +51,13 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from sluice.core.replace import PREVIOUS_VERSION_ENV, PreviousVersion, PreviousVersionError
+from sluice.core.replace import (
+    OUTPUT_TOPIC_ENV,
+    PREVIOUS_VERSION_ENV,
+    START_FROM_ENV,
+    PreviousVersion,
+    PreviousVersionError,
+)
 
 from sluice_runtime.config import RunConfig, StartFromError, start_from_millis
 from sluice_runtime.kafka_security import KafkaSecurity, KafkaSecurityError
@@ -176,11 +182,11 @@ def resolve_config(args: argparse.Namespace, env: Mapping[str, str]) -> RunConfi
         previous = PreviousVersion.from_json(previous_text) if previous_text.strip() else None
     except PreviousVersionError as exc:
         raise ConfigError(str(exc)) from None
-    output_topic = str(pick(args.output_topic, "SLUICE_OUTPUT_TOPIC") or "").strip() or None
+    output_topic = str(pick(args.output_topic, OUTPUT_TOPIC_ENV) or "").strip() or None
     if output_topic is not None and not _TOPIC.fullmatch(output_topic):
         raise ConfigError(f"SLUICE_OUTPUT_TOPIC must be a Kafka topic name (up to 249 of a-z A-Z 0-9 . _ -), "
                           f"got {output_topic!r}")
-    start_from = str(pick(args.start_from, "SLUICE_START_FROM") or "").strip() or None
+    start_from = str(pick(args.start_from, START_FROM_ENV) or "").strip() or None
     if start_from is not None:
         try:
             start_from_millis(start_from)
