@@ -10,8 +10,6 @@ from __future__ import annotations
 import json
 import time
 import uuid
-from collections import Counter
-from datetime import datetime
 from typing import Any
 
 import pytest
@@ -108,35 +106,6 @@ def test_stateless_query_filters_and_projects(cluster: E2ECluster, ns: str) -> N
     got = consume(cluster.bootstrap, out, len(expected), READY_TIMEOUT)
     assert sorted(got, key=lambda r: r["id"]) == expected, cluster.diagnostics(ns)
     wait_ready(cluster, ns, "big-clicks")
-
-
-def test_windowed_aggregation_counts_per_page(cluster: E2ECluster, ns: str) -> None:
-    src, out = f"{ns}-views", f"{ns}-views-per-minute"
-    create_topics(cluster.bootstrap, src, out)
-    cluster.apply(cluster_doc(ns, cluster.bootstrap), query_doc(ns, "views", {
-        "sources": [{"name": "views", "topic": src, "schema": [
-            {"name": "page", "type": "string"}, {"name": "ts", "type": "timestamp"}],
-            "eventTime": {"column": "ts", "watermark": "10 seconds"}}],
-        "sql": "SELECT window(ts, '1 minute') AS w, page, count(*) AS views FROM views "
-               "GROUP BY window(ts, '1 minute'), page",
-        "sink": {"topic": out, "outputMode": "append", "key": ["page"]},
-        "trigger": {"processingTime": "1 second"},
-    }))
-    rows = [{"page": f"/p{i % 3}", "ts": ts(i)} for i in range(120)]  # two full minutes
-    produce(cluster.bootstrap, src, rows)
-    # a later event advances the watermark past both windows, so append mode emits them
-    time.sleep(5)
-    produce(cluster.bootstrap, src, [{"page": "/tick", "ts": ts(300)}])
-    want: Counter[tuple[str, int]] = Counter()
-    for i in range(120):
-        want[(f"/p{i % 3}", (1_700_000_000 + i) // 60 * 60)] += 1
-    got = consume(cluster.bootstrap, out, len(want), READY_TIMEOUT)
-    seen = {(r["page"], epoch(r["w"]["start"])): r["views"] for r in got}
-    assert seen == dict(want), cluster.diagnostics(ns)
-
-
-def epoch(text: str) -> int:
-    return int(datetime.fromisoformat(text).timestamp())
 
 
 def test_stream_stream_join_matches_orders_with_shipments(cluster: E2ECluster, ns: str) -> None:

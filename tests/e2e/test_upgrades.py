@@ -19,11 +19,13 @@ from __future__ import annotations
 
 import json
 import time
+from collections import Counter
+from datetime import datetime
 from typing import Any
 
 import pytest
 from cluster import E2ECluster
-from test_queries import READY_TIMEOUT, cluster_doc, create_topics, produce, query_doc
+from test_queries import READY_TIMEOUT, cluster_doc, consume, create_topics, produce, query_doc, ts
 from test_standby import assert_exactly_once, events
 
 from tests.support.feed import Feed
@@ -204,3 +206,87 @@ def test_in_place_upgrades_rollback_never_edits_mid_rollout_an_operator_restart_
         feed.stop()
         if operator_stopped and cluster.start_operator is not None:
             cluster.start_operator()
+
+
+def epoch(text: str) -> int:
+    return int(datetime.fromisoformat(text).timestamp())
+
+
+def per_window(rows: list[dict[str, Any]], key: str) -> dict[tuple[str, int], int]:
+    return {(r[key], epoch(r["w"]["start"])): r["n"] for r in rows}
+
+
+WINDOWED = ("SELECT window(ts, '1 minute') AS w, {key}, count(*) AS n FROM clicks "
+            "GROUP BY window(ts, '1 minute'), {key}")
+
+
+def test_a_new_group_by_key_is_backfilled_into_a_versioned_topic_then_the_old_version_goes(
+    cluster: E2ECluster, ns: str
+) -> None:
+    """A windowed count per page, exactly once; the GROUP BY key changes to the region (a replace):
+    with backfill, version 2 re-reads the whole history into ``<sink>-v2`` beside version 1, takes
+    over once caught up, and version 1's checkpoint, groups and topic go after 5 s."""
+    src, out = f"{ns}-clicks", f"{ns}-clicks-per-minute"
+    create_topics(cluster.bootstrap, src, out)
+    cluster.apply(cluster_doc(ns, cluster.bootstrap), query_doc(ns, "clicks", {
+        "sources": [{"name": "clicks", "topic": src, "schema": [
+            {"name": "page", "type": "string"}, {"name": "region", "type": "string"},
+            {"name": "ts", "type": "timestamp"}], "eventTime": {"column": "ts", "watermark": "10 seconds"}}],
+        "sql": WINDOWED.format(key="page"),
+        "sink": {"topic": out, "outputMode": "append", "key": ["page"], "delivery": "exactlyOnce"},
+        "trigger": {"processingTime": "1 second"},
+        "upgrade": {"replaceStrategy": "backfill", "maxLagRecords": 0, "healthBatches": 2},
+        "cleanup": {"retainVersions": 0, "retention": "5s", "deleteTopics": "AfterRetention"},
+    }))
+    rows = [{"page": f"/p{i % 3}", "region": f"r{i % 2}", "ts": ts(i)} for i in range(120)]  # two minutes
+    produce(cluster.bootstrap, src, rows)
+    time.sleep(5)  # a later event advances the watermark past both windows: append mode emits them
+    produce(cluster.bootstrap, src, [{"page": "/tick", "region": "tick", "ts": ts(300)}])
+    by_page: Counter[tuple[str, int]] = Counter()
+    by_region: Counter[tuple[str, int]] = Counter()
+    for i in range(120):
+        by_page[(f"/p{i % 3}", (1_700_000_000 + i) // 60 * 60)] += 1
+        by_region[(f"r{i % 2}", (1_700_000_000 + i) // 60 * 60)] += 1
+    try:
+        got = consume(cluster.bootstrap, out, len(by_page), READY_TIMEOUT, committed=True)
+        assert per_window(got, "page") == dict(by_page)
+        v1 = status_of(cluster, ns)
+        assert v1["output"]["topic"] == out
+
+        cluster.kubectl("patch", "sq", "clicks", "-n", ns, "--type=merge", "-p", json.dumps({"spec": {
+            "sql": WINDOWED.format(key="region"), "sink": {"key": ["region"]}}}))
+        st = cluster.wait_for("the backfill running beside version 1", lambda: (
+            (s := status_of(cluster, ns)).get("rollout", {}).get("step") == "Backfilling" and s), 60)
+        versioned = st["rollout"]["outputTopic"]
+        assert versioned == f"{out}-v2" and st["lastUpgrade"]["decision"] == "replace"
+        assert st["output"]["topic"] == out  # version 1 serves until version 2 caught up
+        st = cluster.wait_for("version 2 serving from its own topic", lambda: (
+            (s := status_of(cluster, ns)).get("lastUpgrade", {}).get("outcome") in ("Succeeded", "RolledBack",
+                                                                                      "Failed") and s),
+            UPGRADE_TIMEOUT)
+        assert st["lastUpgrade"]["outcome"] == "Succeeded", st["lastUpgrade"]
+        assert st["output"]["topic"] == versioned and st["plan"]["version"] == 2
+        assert events(cluster, ns, "BackfillCaughtUp") and events(cluster, ns, "OutputSwitched")
+        # the versioned topic holds the new counts for the whole history, each window once
+        got = consume(cluster.bootstrap, versioned, len(by_region), READY_TIMEOUT, committed=True)
+        assert per_window(got, "region") == dict(by_region) and len(got) == len(by_region), got
+        # version 1 goes 5 s after it retired: checkpoint, consumer and marker groups, its topic
+        v1_group = v1["identity"]["consumerGroup"]
+        cluster.wait_for("version 1 cleaned up", lambda: [
+            (v["version"], v["state"]) for v in status_of(cluster, ns).get("versions", [])
+        ] == [(2, "Running")], 120)
+        assert events(cluster, ns, "CheckpointRemoved") and events(cluster, ns, "VersionCleanedUp")
+        assert not [g for g in groups(cluster.bootstrap) if g == v1_group or g.startswith(v1_group + ".")]
+        from confluent_kafka.admin import AdminClient
+
+        admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+        topics = admin.list_topics(timeout=10).topics
+        assert out not in topics and versioned in topics
+        assert cluster.get("deployment", ns, "clicks-backfill") is None
+    except Exception as exc:
+        raise AssertionError(f"{exc}\n{cluster.diagnostics(ns)}") from exc
+
+
+def status_of(cluster: E2ECluster, ns: str, name: str = "clicks") -> dict[str, Any]:
+    return dict(((cluster.get("streamingquery", ns, name) or {}).get("status")) or {})
+
