@@ -132,9 +132,10 @@ def _wait_output(kafka: str, topic: str, at_least: int, rt: Runtime, timeout: fl
     pytest.fail(f"no output on {topic} after {timeout}s; log:\n{rt.tail()}")
 
 
-@pytest.mark.parametrize("delivery", ["atLeastOnce", "exactlyOnce"])
-def test_kill_9_then_restart(kafka: str, spark_jars: list[Path], tmp_path: Path, delivery: str) -> None:
-    plan_path, out, ids = _setup(kafka, tmp_path, delivery)
+def test_kill_9_then_restart(kafka: str, spark_jars: list[Path], tmp_path: Path) -> None:
+    """At-least-once: every record after the restart, none lost (exactly-once after kill -9 is
+    tested through a pod, ``tests/e2e/test_queries.py``)."""
+    plan_path, out, ids = _setup(kafka, tmp_path, "atLeastOnce")
     ck, qid = tmp_path / "ck", unique("q")
     rt = Runtime(tmp_path, plan_path, ck, kafka, spark_jars, qid)
     _wait_output(kafka, out, 450, rt)
@@ -146,9 +147,6 @@ def test_kill_9_then_restart(kafka: str, spark_jars: list[Path], tmp_path: Path,
 
     seen = collections.Counter(json.loads(v)["order_id"] for v in got)
     assert set(seen) == set(ids), "records lost"
-    if delivery == "exactlyOnce":
-        assert max(seen.values()) == 1, "duplicates with exactly-once"
-        assert len(got) == TOTAL
 
 
 def _samples(text: str, name: str) -> list[tuple[dict[str, str], float]]:
