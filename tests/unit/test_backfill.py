@@ -25,6 +25,7 @@ from sluice.core.rollout import (
     rollback_mode,
 )
 from sluice.core.spec import CleanupPolicy, UpgradePolicy
+from sluice.core.status import Facts, derive_phase
 from sluice.core.versions import (
     dead_letter_topic,
     live_topic,
@@ -61,6 +62,7 @@ def test_a_backfill_runs_the_next_version_beside_the_running_one_on_a_versioned_
     assert "from the earliest offsets" in r["message"] and "'out-v2'" in r["message"]
     assert "serves 'out'" in r["message"] and "at most 100 records behind" in r["message"]
     assert outcome_of(r["step"]) == "InProgress"
+    assert derive_phase(Facts(generation=2, plan_pinned=True, rollout_step=r["step"])) == "Upgrading"
     since = backfill(backfill_from="2026-11-01T00:00:00Z")
     assert since["backfillFrom"] == "2026-11-01T00:00:00Z" and "from 2026-11-01T00:00:00Z" in since["message"]
     # the versioned name, unless the edit named a sink topic of its own

@@ -157,7 +157,7 @@ def get_condition(conditions: list[dict[str, Any]], type_: str) -> dict[str, Any
 
 
 #: rollout steps shown as Upgrading / Progressing
-ROLLING = ("Deploying", "Applying", "Verifying", "RollingBack")
+ROLLING = ("Deploying", "Backfilling", "Applying", "Verifying", "RollingBack")
 
 
 def derive_phase(facts: Facts) -> str:
