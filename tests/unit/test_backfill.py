@@ -141,3 +141,17 @@ def test_the_live_topic_is_the_pinned_version_s_own_else_the_running_one_s() -> 
                                                 output_topic="out-v2"), T1)
     assert live_topic({"hash": B}, retired) == "out-v2"
     assert live_topic(None, []) is None
+
+
+def test_the_classification_says_what_a_backfill_will_do_before_it_happens() -> None:
+    from sluice.core.classify import classify
+
+    old, new = agg_plan(group="customer"), agg_plan(group="region")
+    result = classify(old, new, UpgradePolicy(replace_strategy="backfill", max_lag_records=50))
+    assert str(result.decision) == "replace"
+    text = " ".join(str(r) for r in result.reasons)
+    assert "re-reads its sources from the earliest offsets" in text and "out-v<next plan version>" in text
+    assert "at most 50 records behind" in text and "state starts empty" in text
+    policy = UpgradePolicy(replace_strategy="backfill", backfill_from="2026-11-01T00:00:00Z")
+    since = classify(old, new, policy)
+    assert "from 2026-11-01T00:00:00Z" in " ".join(str(r) for r in since.reasons)

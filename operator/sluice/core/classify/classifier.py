@@ -79,8 +79,10 @@ def _decide(changes: list[Change], policy: UpgradePolicy, old: Plan, new: Plan) 
         how = (
             "the new query starts reading where the old one's output ends, into the same topic (handOff)"
             if policy.replace_strategy == "handOff"
-            else "the new query re-reads its sources from the earliest offsets (backfill; not carried "
-            "out automatically yet)"
+            else (f"the new query re-reads its sources from {policy.backfill_from or 'the earliest offsets'} "
+                  f"into a versioned topic ({new.sink.topic}-v<next plan version>, unless the edit names "
+                  f"a new sink topic) beside the old one, which serves until the new one is at most "
+                  f"{policy.max_lag_records} records behind (backfill)")
         )
         reasons.append(f"The query is replaced by one with a new checkpoint: {how}; {state_reset_note(new)}.")
     elif decision == "none":
