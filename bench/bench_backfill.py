@@ -29,7 +29,6 @@ import json
 import statistics
 import sys
 import time
-import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -105,14 +104,7 @@ def main() -> int:
     parser.add_argument("--state-dir", type=Path, default=REPO / ".platform")
     args = parser.parse_args()
     p = Platform(args.state_dir)
-    ns = f"bench-backfill-{uuid.uuid4().hex[:6]}"
-    p.kubectl("create", "namespace", ns)
-    p.kubectl("apply", "-f", "-", stdin=json.dumps({
-        "apiVersion": "sluice.dev/v1alpha1", "kind": "QueryCluster",
-        "metadata": {"name": "default", "namespace": ns},
-        "spec": {"serviceId": "bench", "kafka": {"bootstrapServers": p.bootstrap},
-                 "driver": {"requests": {"cpu": "100m", "memory": "1Gi"}},
-                 "sparkConf": {"spark.driver.memory": "1g"}}}))
+    ns = p.namespace("bench-backfill", memory="1Gi", heap="1g")
     from confluent_kafka.admin import AdminClient, NewTopic
 
     src, out = f"{ns}-in", f"{ns}-bf-out"

@@ -62,6 +62,18 @@ class Platform:
             raise RuntimeError(f"kubectl {' '.join(args)}: {result.stderr.strip()}")
         return result.stdout
 
+    def namespace(self, prefix: str, memory: str = "512Mi", heap: str = "768m") -> str:
+        """A new namespace with a default QueryCluster on the platform's broker (small drivers)."""
+        ns = f"{prefix}-{uuid.uuid4().hex[:6]}"
+        self.kubectl("create", "namespace", ns)
+        self.kubectl("apply", "-f", "-", stdin=json.dumps({
+            "apiVersion": "sluice.dev/v1alpha1", "kind": "QueryCluster",
+            "metadata": {"name": "default", "namespace": ns},
+            "spec": {"serviceId": "bench", "kafka": {"bootstrapServers": self.bootstrap},
+                     "driver": {"requests": {"cpu": "100m", "memory": memory}},
+                     "sparkConf": {"spark.driver.memory": heap}}}))
+        return ns
+
     def pods(self, ns: str, query: str) -> list[dict[str, Any]]:
         selector = f"sluice.dev/query={query},app.kubernetes.io/component=driver"
         out = self.kubectl("get", "pods", "-n", ns, "-l", selector, "-o", "json")
@@ -186,14 +198,7 @@ def main() -> int:
     args = parser.parse_args()
     kinds = [k for k in args.kinds.split(",") if k]
     p = Platform(args.state_dir)
-    ns = f"bench-failover-{uuid.uuid4().hex[:6]}"
-    p.kubectl("create", "namespace", ns)
-    p.kubectl("apply", "-f", "-", stdin=json.dumps({
-        "apiVersion": "sluice.dev/v1alpha1", "kind": "QueryCluster",
-        "metadata": {"name": "default", "namespace": ns},
-        "spec": {"serviceId": "bench", "kafka": {"bootstrapServers": p.bootstrap},
-                 "driver": {"requests": {"cpu": "100m", "memory": "512Mi"}},
-                 "sparkConf": {"spark.driver.memory": "768m"}}}))
+    ns = p.namespace("bench-failover")
     from confluent_kafka.admin import AdminClient, NewTopic
 
     queries = {"warm": 1, "cold": 0}

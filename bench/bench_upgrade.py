@@ -34,7 +34,6 @@ import os
 import signal
 import sys
 import time
-import uuid
 from pathlib import Path
 from typing import Any
 
@@ -71,14 +70,7 @@ def main(kinds: tuple[str, ...] = ("upgrade", "restart"), doc: str | None = None
     if not chosen or any(k not in KINDS for k in chosen):
         parser.error(f"--kinds: choose from {', '.join(KINDS)}")
     p = Platform(args.state_dir)
-    ns = f"bench-upgrade-{uuid.uuid4().hex[:6]}"
-    p.kubectl("create", "namespace", ns)
-    p.kubectl("apply", "-f", "-", stdin=json.dumps({
-        "apiVersion": "sluice.dev/v1alpha1", "kind": "QueryCluster",
-        "metadata": {"name": "default", "namespace": ns},
-        "spec": {"serviceId": "bench", "kafka": {"bootstrapServers": p.bootstrap},
-                 "driver": {"requests": {"cpu": "100m", "memory": "512Mi"}},
-                 "sparkConf": {"spark.driver.memory": "768m"}}}))
+    ns = p.namespace("bench-upgrade")
     from confluent_kafka.admin import AdminClient, NewTopic
 
     admin = AdminClient({"bootstrap.servers": p.bootstrap})
