@@ -159,13 +159,13 @@ def main() -> int:
         print(f"round {round_ + 1} backfill read {args.records} records in {reads['backfill'][-1]:6.1f}s; "
               f"switched to {topic} {switches[-1]:6.1f}s after the edit", flush=True)
 
-    print(f"\n{'':10s} {'n':>3s} {'p50':>8s} {'p95':>8s} {'records/s (p50)':>16s}")
+    print(f"\n{'':14s} {'n':>3s} {'p50':>8s} {'p95':>8s} {'records/s (p50)':>16s}")
     p50: dict[str, float] = {}
     for kind, values in reads.items():
         p50[kind] = statistics.median(values)
-        print(f"{kind + ' read':10s} {len(values):3d} {p50[kind]:7.1f}s {percentile(values, 0.95):7.1f}s "
+        print(f"{kind + ' read':14s} {len(values):3d} {p50[kind]:7.1f}s {percentile(values, 0.95):7.1f}s "
               f"{args.records / p50[kind]:16.0f}")
-    print(f"{'switch':10s} {len(switches):3d} {statistics.median(switches):7.1f}s "
+    print(f"{'switch':14s} {len(switches):3d} {statistics.median(switches):7.1f}s "
           f"{percentile(switches, 0.95):7.1f}s   (edit -> output topic switched)")
     print(f"backfill vs fresh (read time p50): {p50['backfill'] / p50['fresh']:.2f}")
     p.kubectl("delete", "namespace", ns, "--wait=false")
