@@ -377,7 +377,16 @@ def test_a_replace_that_fails_its_gate_resumes_the_old_version(world: World) -> 
     status = w.status()
     assert "rollout" not in status and status["plan"] == pinned
     assert status["lastUpgrade"]["outcome"] == "RolledBack"
-    assert [(v["version"], v["state"]) for v in status["versions"]] == [(1, "Running")]
+    # what version 2 left goes at once: its checkpoint (through version 1's active driver) and its
+    # groups; the topic both versions wrote stays
+    [v2, _] = status["versions"]
+    assert [(v["version"], v["state"]) for v in status["versions"]] == [(2, "RolledBack"), (1, "Running")]
+    w.commit_groups(v2["consumerGroup"], f"{v2['consumerGroup']}.eos.77aa")
+    assert drivers.clean_up() == (v2["checkpointPath"],)
+    reconcile_query(w.env, w.current())
+    assert [(v["version"], v["state"]) for v in w.status()["versions"]] == [(1, "Running")]
+    assert not {v2["consumerGroup"], f"{v2['consumerGroup']}.eos.77aa"} & w.groups()
+    assert w.topic in w.topic_partitions()
 
 
 def test_a_retired_version_is_cleaned_up_after_retention_across_an_operator_restart(world: World) -> None:
