@@ -163,13 +163,14 @@ def test_lifecycle_create_edit_suspend_resume(k: Kube, namespace: str, kafka: st
     plan_volume = next(v for v in dep["spec"]["template"]["spec"]["volumes"] if v["name"] == "plan")
     assert plan_volume["configMap"]["name"] == st["plan"]["configMap"]
 
-    # a group-by edit needs a replace; with backfill (not carried out yet) it is recorded as
-    # pending, the workload is untouched
+    # a group-by edit needs a replace; with backfill the new version runs beside the drivers, which
+    # are untouched
     gen = edit(k, ns, "totals", {"sql": SQL_BY_ORDER, "upgrade": {"replaceStrategy": "backfill"}})
     st = eventually(settled(k, ns, "totals", gen), timeout=30, what="the group-by edit")
-    assert st["phase"] == "UpgradePending"
-    assert st["rollout"]["step"] == "AwaitingUpgrade" and st["rollout"]["decision"] == "replace"
-    assert st["lastUpgrade"]["outcome"] == "Pending"
+    assert st["phase"] == "Upgrading"
+    assert st["rollout"]["step"] == "Backfilling" and st["rollout"]["decision"] == "replace"
+    assert st["lastUpgrade"]["outcome"] == "InProgress"
+    assert k.get("Deployment", ns, "totals-backfill") is not None
     # (generation and spec: the deployment controller writes its status, which moves resourceVersion)
     after = k.get("Deployment", ns, "totals-driver")
     assert after["metadata"]["generation"] == dep["metadata"]["generation"]
@@ -184,13 +185,16 @@ def test_lifecycle_create_edit_suspend_resume(k: Kube, namespace: str, kafka: st
 
     eventually(lambda: driver_image() == "registry.example/sluice-runtime:9", timeout=30,
                what="the new image is rolled out")
-    assert status(k, ns, "totals")["phase"] == "UpgradePending"  # the pending upgrade is still recorded
+    assert status(k, ns, "totals")["phase"] == "Upgrading"  # the backfill is still running
     assert int(k.get("StreamingQuery", ns, "totals")["metadata"]["generation"]) == sq_gen
 
     # suspend / resume
+    # (the edit also reverts the SQL: the backfill is cancelled, then the drivers scale down)
     gen = edit(k, ns, "totals", {"sql": SQL, "suspend": True})
-    st = eventually(settled(k, ns, "totals", gen), timeout=30, what="suspend")
-    assert st["phase"] == "Suspended"
+    st = eventually(lambda: (s := settled(k, ns, "totals", gen)()) and not s.get("rollout") and s,
+                    timeout=60, what="suspend, the backfill cancelled")
+    assert st["phase"] == "Suspended" and st["lastUpgrade"]["outcome"] == "Cancelled"
+    assert k.get("Deployment", ns, "totals-backfill") is None
     assert k.get("Deployment", ns, "totals-driver")["spec"]["replicas"] == 0
     assert k.get("PersistentVolumeClaim", ns, "totals-state") is not None
     gen = edit(k, ns, "totals", {"suspend": False})

@@ -108,7 +108,7 @@ def test_transparent_edit_is_applied_in_place(world: World) -> None:
     assert "UpgradeSucceeded" in w.reasons()
 
 
-def test_group_by_edit_waits_and_leaves_workload_alone(world: World) -> None:
+def test_group_by_edit_with_backfill_leaves_the_drivers_alone_and_a_revert_cancels_it(world: World) -> None:
     w = world
     w.add_query()
     reconcile_query(w.env, w.current())
@@ -116,25 +116,32 @@ def test_group_by_edit_waits_and_leaves_workload_alone(world: World) -> None:
     rv_before = snapshot(w)[("Deployment", "totals-driver")]
     pinned = w.status()["plan"]
     sql = "SELECT order_id, count(*) AS orders, sum(amount) AS total FROM orders GROUP BY order_id"
-    # (a replace with backfill is not carried out yet; a hand-off is, see test_upgrade_reconcile)
     phase = reconcile_query(w.env, w.edit(sql=sql, sink={"topic": w.topic, "key": ["order_id"],
                                                          "outputMode": "update"},
                                           upgrade={"replaceStrategy": "backfill"}))
     status = w.status()
-    assert phase == "UpgradePending"
+    assert phase == "Upgrading"
     assert status["plan"] == pinned
-    assert status["rollout"]["step"] == "AwaitingUpgrade"
+    assert status["rollout"]["step"] == "Backfilling"
     assert status["rollout"]["decision"] == "replace" and status["rollout"]["targetPlanVersion"] == 2
-    assert status["lastUpgrade"]["outcome"] == "Pending" and status["lastUpgrade"]["changes"]
+    assert status["lastUpgrade"]["outcome"] == "InProgress" and status["lastUpgrade"]["changes"]
+    # the backfill runs beside the drivers, which stay exactly as they were
+    assert w.deployment("backfill")["spec"]["replicas"] == 1
     assert w.deployment()["spec"] == dep_before
     assert snapshot(w)[("Deployment", "totals-driver")] == rv_before
-    # reconciling again changes nothing; reverting the edit cancels the pending upgrade
     reconcile_query(w.env, w.current())
-    assert w.deployment()["spec"] == dep_before
+    assert snapshot(w)[("Deployment", "totals-driver")] == rv_before
+    # reverting the edit cancels it: the backfill goes, the drivers were never touched
     reconcile_query(w.env, w.edit(sql=SQL, sink=w.query_spec()["sink"], upgrade=None))
+    eventually(lambda: not [d for d in w.of_kind("Deployment") if d["metadata"]["name"] == "totals-backfill"]
+               and not [p for p in w.of_kind("Pod")
+                        if p["metadata"]["labels"].get("app.kubernetes.io/component") == "backfill"],
+               timeout=60, what="the backfill's Deployment and pods are gone")
+    reconcile_query(w.env, w.current())
     status = w.status()
     assert "rollout" not in status and status["lastUpgrade"]["outcome"] == "Cancelled"
-    assert status["phase"] == "Starting"
+    assert status["phase"] == "Starting" and status["plan"] == pinned
+    assert snapshot(w)[("Deployment", "totals-driver")] == rv_before
 
 
 def test_suspend_and_resume(world: World) -> None:
