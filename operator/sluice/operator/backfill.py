@@ -58,7 +58,7 @@ def _ensure_topic(run: QueryRun, ctx: QueryContext, topic: str) -> None:
 
 
 @dataclasses.dataclass(frozen=True)
-class Progress:
+class BackfillResult:
     """What :func:`advance` found: ``wait``, ``fail`` (roll back: ``message``, ``error``) or
     ``switch`` (the rollout written as caught up, ``rollout``); and the stable driver's readiness."""
 
@@ -70,7 +70,7 @@ class Progress:
 
 
 def advance(run: QueryRun, ctx: QueryContext, target: QueryContext, rollout: dict[str, Any],
-            policy: UpgradePolicy) -> Progress:
+            policy: UpgradePolicy) -> BackfillResult:
     """Backfilling: keep the stable drivers converged, run the backfill, and evaluate its gate and
     lag; the executor rolls back or switches as the result says."""
     stable = run.status["plan"]
@@ -81,7 +81,7 @@ def advance(run: QueryRun, ctx: QueryContext, target: QueryContext, rollout: dic
     except KafkaUnavailable as exc:
         why = f"waiting for Kafka to create the backfill's topic: {exc}"
         run.write({"rollout": {**rollout, "message": why}})
-        return Progress("wait", ready)
+        return BackfillResult("wait", ready)
     for obj in (builders.driver_lease(bctx),
                 builders.driver_deployment(bctx, rollout["targetHash"], rollout["targetConfigMap"])):
         run.env.kube.ensure(obj, probe_first=True)
@@ -92,7 +92,7 @@ def advance(run: QueryRun, ctx: QueryContext, target: QueryContext, rollout: dic
         timeout=float(policy.health_timeout_seconds), max_dead_letter_ratio=policy.max_dead_letter_ratio,
     )
     if result.verdict == gate.Verdict.FAIL:
-        return Progress("fail", ready, message=result.message, error=result.error)
+        return BackfillResult("fail", ready, message=result.message, error=result.error)
     lag = result.progress.lag_records if result.progress is not None else None
     if result.verdict == gate.Verdict.WAIT:
         message = result.message
@@ -107,11 +107,11 @@ def advance(run: QueryRun, ctx: QueryContext, target: QueryContext, rollout: dic
             run.event("Normal", EventReason.BACKFILL_CAUGHT_UP,
                       f"plan version {rollout['targetPlanVersion']} on topic {rollout['outputTopic']!r}: "
                       f"{result.message}; {message}; switching")
-            return Progress("switch", ready, rollout=switching)
+            return BackfillResult("switch", ready, rollout=switching)
     message = f"backfilling into {rollout['outputTopic']!r}: {message}"
     if rollout.get("message") != message or rollout.get("lagRecords") != lag:
         run.write({"rollout": {**rollout, "message": message, "lagRecords": lag}})
-    return Progress("wait", ready)
+    return BackfillResult("wait", ready)
 
 
 def stop(run: QueryRun, ctx: QueryContext) -> str | None:
