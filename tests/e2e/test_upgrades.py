@@ -4,8 +4,8 @@ Steady input (20 records/s) into an exactly-once query; every edit is applied wi
 records flow, and at the end the output, read with read_committed, holds every input record
 exactly once: nothing lost or duplicated across hand-offs, a failed plan and its rollback.
 
-add a WHERE (data-selection) and then an output column (schema-evolution): each Succeeded, on the
-same checkpoint; then an edit that compiles but fails at run time (an ANSI cast of a non-numeric
+add a WHERE (data-selection) and an output column (schema-evolution) in one edit: Succeeded, on
+the same checkpoint; then an edit that compiles but fails at run time (an ANSI cast of a non-numeric
 string to INT): RolledBack automatically, the old plan runs again and processes the records that
 arrived meanwhile; then a further column, and an edit made during that rollout waits for it,
 while the operator, killed in the middle of the rollout, resumes it when it starts again; then a
@@ -33,7 +33,6 @@ from tests.support.feed import Feed
 pytestmark = pytest.mark.e2e
 
 SELECT = "SELECT id, k FROM events"
-WHERE = "SELECT id, k FROM events WHERE id >= 0"
 COLUMN = "SELECT id, k, upper(k) AS kk FROM events WHERE id >= 0"
 #: further columns (schema-evolution, each)
 LATER = "SELECT id, k, upper(k) AS kk, lower(k) AS lk FROM events WHERE id >= 0"
@@ -90,10 +89,10 @@ def upgrade_ended(cluster: E2ECluster, ns: str, generation: int, *outcomes: str)
                                  UPGRADE_TIMEOUT))
 
 
-def test_in_place_upgrades_rollback_never_edits_mid_rollout_an_operator_restart_and_a_replace(
+def test_in_place_upgrades_a_rollback_an_edit_mid_rollout_an_operator_restart_and_a_replace(
     cluster: E2ECluster, ns: str
 ) -> None:
-    """One query, one feed, six rollouts (a query start costs a minute of JVM and Spark here)."""
+    """One query, one feed, five rollouts (a query start costs a minute of JVM and Spark here)."""
     src, out, extra = f"{ns}-events", f"{ns}-events-out", f"{ns}-extra"
     create_topics(cluster.bootstrap, src, out)
     cluster.apply(cluster_doc(ns, cluster.bootstrap),
@@ -106,18 +105,13 @@ def test_in_place_upgrades_rollback_never_edits_mid_rollout_an_operator_restart_
         checkpoint = first["identity"]["checkpointPath"]
         time.sleep(5)
 
-        # 1. add a WHERE: data-selection, in place
-        st = upgrade_ended(cluster, ns, edit_sql(cluster, ns, WHERE), "Succeeded")
+        # 1-2. add a WHERE (data-selection) and an output column (schema-evolution, the edit's
+        # category): in place, on the same checkpoint, with a measured output gap
+        st = upgrade_ended(cluster, ns, edit_sql(cluster, ns, COLUMN), "Succeeded")
         last = st["lastUpgrade"]
-        assert last["category"] == "data-selection" and last["fromHash"] == first["plan"]["hash"]
+        assert last["category"] == "schema-evolution" and last["fromHash"] == first["plan"]["hash"]
         assert st["plan"]["hash"] == last["toHash"] and st["identity"]["checkpointPath"] == checkpoint
         assert last["checkpoint"] == checkpoint and last["gapSeconds"] is not None
-        time.sleep(3)
-
-        # 2. add an output column: schema-evolution, in place
-        st = upgrade_ended(cluster, ns, edit_sql(cluster, ns, COLUMN), "Succeeded")
-        assert st["lastUpgrade"]["category"] == "schema-evolution"
-        assert st["identity"]["checkpointPath"] == checkpoint
         stable = st["plan"]["hash"]
         time.sleep(3)
 
@@ -126,7 +120,7 @@ def test_in_place_upgrades_rollback_never_edits_mid_rollout_an_operator_restart_
         last = st["lastUpgrade"]
         assert st["plan"]["hash"] == stable and last["rollback"] == "handBack", last
         assert last["error"]["class"] == "CAST_INVALID_INPUT", last
-        assert [h["outcome"] for h in st["history"][:3]] == ["RolledBack", "Succeeded", "Succeeded"]
+        assert [h["outcome"] for h in st["history"][:2]] == ["RolledBack", "Succeeded"]
         cluster.wait_for("the stable plan's driver active again", lambda: (
             (lease := cluster.get("lease", ns, "feed-driver")) and
             lease["metadata"]["annotations"].get("sluice.dev/holder-plan-hash") == stable), 120)
@@ -214,7 +208,8 @@ def test_a_new_group_by_key_is_backfilled_into_a_versioned_topic_then_the_old_ve
 ) -> None:
     """A windowed count per page, exactly once; the GROUP BY key changes to the region (a replace):
     with backfill, version 2 re-reads the whole history into ``<sink>-v2`` beside version 1, takes
-    over once caught up, and version 1's checkpoint, groups and topic go after 5 s."""
+    over once caught up, and version 1's checkpoint, groups and topic go after 5 s; then a replace
+    that fails its gate is discarded with what it left, and the delete removes the inventory."""
     src, out = f"{ns}-clicks", f"{ns}-clicks-per-minute"
     create_topics(cluster.bootstrap, src, out)
     cluster.apply(cluster_doc(ns, cluster.bootstrap), query_doc(ns, "clicks", {
@@ -226,6 +221,7 @@ def test_a_new_group_by_key_is_backfilled_into_a_versioned_topic_then_the_old_ve
         "trigger": {"processingTime": "1 second"},
         "upgrade": {"replaceStrategy": "backfill", "maxLagRecords": 0, "healthBatches": 2},
         "cleanup": {"retainVersions": 0, "retention": "5s", "deleteTopics": "AfterRetention"},
+        "deletionPolicy": "Delete",
     }))
     rows = [{"page": f"/p{i % 3}", "region": f"r{i % 2}", "ts": ts(i)} for i in range(120)]  # two minutes
     produce(cluster.bootstrap, src, rows)
@@ -272,6 +268,38 @@ def test_a_new_group_by_key_is_backfilled_into_a_versioned_topic_then_the_old_ve
         topics = admin.list_topics(timeout=10).topics
         assert out not in topics and versioned in topics
         assert cluster.get("deployment", ns, "clicks-backfill") is None
+
+        # a replace that fails its gate: a GROUP BY key that fails at run time (an ANSI cast of
+        # "r0" to INT); its backfill is discarded, version 2 never stopped, and what version 3
+        # left (its checkpoint, groups and topic) goes at once
+        v2_group = st["identity"]["consumerGroup"]
+        cluster.kubectl("patch", "sq", "clicks", "-n", ns, "--type=merge", "-p", json.dumps({"spec": {
+            "sql": WINDOWED.format(key="CAST(region AS INT) AS r").replace(
+                "), CAST(region AS INT) AS r", "), CAST(region AS INT)"),
+            "sink": {"key": ["r"]}}}))
+        st = cluster.wait_for("the failing backfill rolled back", lambda: (
+            (s := status_of(cluster, ns)).get("lastUpgrade", {}).get("outcome") in ("RolledBack", "Failed")
+            and not s.get("rollout") and s), UPGRADE_TIMEOUT)
+        last = st["lastUpgrade"]
+        assert last["outcome"] == "RolledBack" and last["rollback"] == "discard", last
+        assert last["error"]["class"] == "CAST_INVALID_INPUT", last
+        assert st["plan"]["version"] == 2 and st["output"]["topic"] == versioned
+        cluster.wait_for("version 3's leftovers removed", lambda: [
+            (v["version"], v["state"]) for v in status_of(cluster, ns).get("versions", [])
+        ] == [(2, "Running")], 120)
+        v3_group = v2_group.rsplit(".v", 1)[0] + ".v3"
+        assert not [g for g in groups(cluster.bootstrap) if g == v3_group or g.startswith(v3_group + ".")]
+        topics = admin.list_topics(timeout=10).topics
+        assert f"{out}-v3" not in topics and versioned in topics
+        assert cluster.get("deployment", ns, "clicks-backfill") is None
+
+        # deletionPolicy Delete removes the whole inventory: the running version's topic and groups,
+        # the state volume (every version's checkpoint)
+        cluster.kubectl("delete", "sq", "clicks", "-n", ns, "--timeout=180s")
+        cluster.wait_for("the state claim deleted", lambda: cluster.get("pvc", ns, "clicks-state") is None,
+                         120)
+        assert versioned not in admin.list_topics(timeout=10).topics
+        assert not [g for g in groups(cluster.bootstrap) if g == v2_group or g.startswith(v2_group + ".")]
     except Exception as exc:
         raise AssertionError(f"{exc}\n{cluster.diagnostics(ns)}") from exc
 
