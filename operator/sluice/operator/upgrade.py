@@ -169,9 +169,8 @@ def _succeeded(run: QueryRun, ctx: QueryContext, rollout: dict[str, Any], record
     if is_replace(rollout):
         updates["identity"] = _identity_status(target)
         updates["versions"] = _versions_after_replace(run, ctx, target, rollout, now)
-        old_topic = (run.status.get("output") or {}).get("topic")
-        new_topic = target.output_topic or old_topic
-        if new_topic and new_topic != old_topic:
+        new_topic = target.output_topic or old_output
+        if new_topic and new_topic != old_output:
             updates["output"] = {"topic": new_topic, "since": now}
     else:
         if stable.get("handOffFrom"):  # the drivers keep the environment they run with
