@@ -6,6 +6,7 @@ import datetime as dt
 from dataclasses import dataclass, field
 
 from sluice.core.replace import PreviousVersion
+from sluice.core.spec import parse_timestamp
 
 from sluice_runtime.kafka_security import KafkaSecurity
 
@@ -55,16 +56,10 @@ def start_from_millis(text: str) -> int | None:
     if value == EARLIEST:
         return None
     try:
-        moment = dt.datetime.fromisoformat(value[:-1] + "+00:00" if value[-1:] in ("Z", "z") else value)
-    except ValueError:
-        moment = None
-    if moment is None or moment.tzinfo is None or "T" not in value.upper():
-        raise StartFromError(f"{value!r} is neither {EARLIEST!r} nor an RFC 3339 time with a zone "
-                             "(such as 2026-11-20T10:00:00Z)")
-    millis = (moment - dt.datetime(1970, 1, 1, tzinfo=dt.UTC)) // dt.timedelta(milliseconds=1)
-    if millis < 0:
-        raise StartFromError(f"{value!r} is before 1970-01-01T00:00:00Z")
-    return int(millis)
+        moment = parse_timestamp(value)  # the parser spec.upgrade.backfillFrom is validated with
+    except ValueError as exc:
+        raise StartFromError(f"neither {EARLIEST!r} nor a time: {exc}") from None
+    return int((moment - dt.datetime(1970, 1, 1, tzinfo=dt.UTC)) // dt.timedelta(milliseconds=1))
 
 
 def start_from_options(text: str) -> dict[str, str]:

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from sluice.core.plan.model import KafkaSinkV1, KafkaSourceV1, Plan
-from sluice.core.versions import default_dead_letter_topic
+from sluice.core.versions import dead_letter_topic
 
 from sluice_runtime import kafka_admin
 from sluice_runtime.drain import BatchGate, Drainable, last_offsets
@@ -77,13 +77,13 @@ def with_output_topic(plan: Plan, topic: str) -> Plan:
     named otherwise stays (a source without one gets ``<topic>.dlq`` when it is built)."""
     plan_hash = plan.hash or plan.compute_hash()
     sink = plan.sink
-    old_dlq, new_dlq = default_dead_letter_topic(sink.topic), default_dead_letter_topic(topic)
     steps: list[Any] = []
     for step in plan.steps:
         if step is sink:
             step = step.model_copy(update={"topic": topic})
-        elif isinstance(step, KafkaSourceV1) and step.malformed.topic == old_dlq:
-            step = step.model_copy(update={"malformed": step.malformed.model_copy(update={"topic": new_dlq})})
+        elif isinstance(step, KafkaSourceV1) and step.malformed.topic:
+            moved = dead_letter_topic(step.malformed.topic, sink.topic, topic)
+            step = step.model_copy(update={"malformed": step.malformed.model_copy(update={"topic": moved})})
         steps.append(step)
     return plan.model_copy(update={"steps": steps, "hash": plan_hash})
 

@@ -133,10 +133,7 @@ def test_group_by_edit_with_backfill_leaves_the_drivers_alone_and_a_revert_cance
     assert snapshot(w)[("Deployment", "totals-driver")] == rv_before
     # reverting the edit cancels it: the backfill goes, the drivers were never touched
     reconcile_query(w.env, w.edit(sql=SQL, sink=w.query_spec()["sink"], upgrade=None))
-    eventually(lambda: not [d for d in w.of_kind("Deployment") if d["metadata"]["name"] == "totals-backfill"]
-               and not [p for p in w.of_kind("Pod")
-                        if p["metadata"]["labels"].get("app.kubernetes.io/component") == "backfill"],
-               timeout=60, what="the backfill's Deployment and pods are gone")
+    eventually(w.backfill_gone, timeout=60, what="the backfill's Deployment and pods are gone")
     reconcile_query(w.env, w.current())
     status = w.status()
     assert "rollout" not in status and status["lastUpgrade"]["outcome"] == "Cancelled"

@@ -432,12 +432,6 @@ def pod_env(dep: dict[str, Any]) -> dict[str, str]:
     return {e["name"]: e.get("value", "") for e in dep["spec"]["template"]["spec"]["containers"][0]["env"]}
 
 
-def backfill_gone(w: World) -> bool:
-    role = "app.kubernetes.io/component"
-    return not [d for d in w.of_kind("Deployment") if d["metadata"]["name"] == "totals-backfill"] and not [
-        p for p in w.of_kind("Pod") if p["metadata"]["labels"].get(role) == "backfill"]
-
-
 BACKFILL = {"replaceStrategy": "backfill", "maxLagRecords": 100, "healthBatches": 2}
 
 
@@ -478,7 +472,7 @@ def test_a_backfill_runs_beside_the_old_version_and_switches_once_caught_up(worl
     reconcile_query(w.env, w.current())
     assert w.status()["rollout"]["step"] in ("Applying", "Verifying")
     assert "BackfillCaughtUp" in w.reasons()
-    eventually(lambda: backfill_gone(w), timeout=60, what="the backfill's Deployment and pods are gone")
+    eventually(w.backfill_gone, timeout=60, what="the backfill's Deployment and pods are gone")
     reconcile_query(w.env, w.current())
     assert w.status()["rollout"]["step"] == "Verifying"
     assert w.k.get("Lease", w.ns, "totals-backfill") is None
@@ -521,7 +515,7 @@ def test_a_backfill_that_fails_its_gate_is_removed_with_what_it_left(world: Worl
     filler.fail(target, "Kafka broker unreachable")
     reconcile_query(w.env, w.current())
     assert w.status()["rollout"]["rollback"]["mode"] == "discard"
-    eventually(lambda: backfill_gone(w), timeout=60, what="the backfill's Deployment and pods are gone")
+    eventually(w.backfill_gone, timeout=60, what="the backfill's Deployment and pods are gone")
     reconcile_query(w.env, w.current())
     status = w.status()
     assert status["lastUpgrade"]["outcome"] == "RolledBack" and status["plan"] == pinned

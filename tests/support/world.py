@@ -142,6 +142,13 @@ class World:
                  if d["metadata"]["labels"].get("app.kubernetes.io/component") == role]
         return dep
 
+    def backfill_gone(self, query: str = "totals") -> bool:
+        """Whether a backfill's Deployment and its pods are gone."""
+        return not [d for d in self.of_kind("Deployment", query)
+                    if d["metadata"]["name"] == f"{query}-backfill"] and not [
+            p for p in self.of_kind("Pod", query)
+            if p["metadata"]["labels"].get("app.kubernetes.io/component") == "backfill"]
+
     def lease(self, name: str = "totals-driver") -> dict[str, Any]:
         lease = self.k.get("Lease", self.ns, name)
         assert lease is not None

@@ -69,6 +69,11 @@ class QueryNames:
         return f"{self.base}-driver"
 
     @property
+    def backfill(self) -> str:
+        """The Deployment and Lease of a replace's new version running beside the drivers."""
+        return f"{self.base}-backfill"
+
+    @property
     def state_claim(self) -> str:
         return f"{self.base}-state"
 

@@ -160,12 +160,14 @@ class UpgradePolicy(SpecModel):
 
 
 def parse_timestamp(text: str) -> dt.datetime:
-    """An RFC 3339 time with a zone (``2026-11-01T00:00:00Z``, ``...+01:00``)."""
+    """An RFC 3339 time with a zone (``2026-11-01T00:00:00Z``, ``...+01:00``, an optional fraction),
+    not before 1970 (Kafka's timestamps start there)."""
+    value = text.strip()
     try:
-        moment = dt.datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
+        moment = dt.datetime.fromisoformat(value[:-1] + "+00:00" if value[-1:] in ("Z", "z") else value)
     except ValueError:
         moment = None
-    if moment is None or moment.tzinfo is None or "T" not in text:
+    if moment is None or moment.tzinfo is None or "T" not in value.upper():
         raise ValueError(f"{text!r} is not an RFC 3339 time with a zone such as 2026-11-01T00:00:00Z")
     if moment < dt.datetime(1970, 1, 1, tzinfo=dt.UTC):
         raise ValueError(f"{text!r} is before 1970-01-01T00:00:00Z")

@@ -27,6 +27,7 @@ from sluice.core.status import EventReason, Facts
 from sluice.operator import builders
 from sluice.operator.builders.context import BACKFILL_ROLE, QueryContext
 from sluice.operator.common import QueryRun
+from sluice.operator.driverlease import driver_selector
 from sluice.operator.kafka_admin import KafkaUnavailable, sink_topic_settings
 from sluice.operator.workload import _converge
 
@@ -38,8 +39,7 @@ def backfill_context(target: QueryContext, rollout: dict[str, Any]) -> QueryCont
 
 
 def pods(run: QueryRun, ctx: QueryContext) -> list[dict[str, Any]]:
-    selector = ",".join(f"{k}={v}" for k, v in backfill_context(ctx, {}).selector().items())
-    return run.env.kube.list("Pod", run.ns, selector)
+    return run.env.kube.list("Pod", run.ns, driver_selector(ctx.names.base, BACKFILL_ROLE))
 
 
 def _lease(run: QueryRun, name: str) -> LeaseRecord | None:

@@ -8,6 +8,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from sluice.core import cleanup
+from sluice.core.naming import QueryIdentity, QueryNames
 from sluice.core.spec import CleanupPolicy
 from sluice.core.status import EventReason, Facts
 from sluice.crd.querycluster import QueryClusterSpec
@@ -32,7 +33,6 @@ def delete_query(env: Env, body: dict[str, Any], retry: int, runtime_seconds: fl
         spec: StreamingQuerySpec | None = StreamingQuerySpec.model_validate(spec_raw)
     except ValidationError:
         spec = None
-    from sluice.core.naming import QueryNames
 
     names = QueryNames.for_query(name)
     if run.status.get("phase") != "Deleting":
@@ -60,11 +60,10 @@ def delete_query(env: Env, body: dict[str, Any], retry: int, runtime_seconds: fl
         env.kube.patch("Deployment", ns, names.driver, {"spec": {"replicas": 0}})
         run.event("Normal", EventReason.DRAINING, "draining the drivers before deletion")
     # a backfill in flight (a replace's new version beside the drivers) stops too
-    backfill_name = f"{names.base}-backfill"
-    if env.kube.get("Deployment", ns, backfill_name) is not None:
-        env.kube.delete("Deployment", ns, backfill_name)
+    if env.kube.get("Deployment", ns, names.backfill) is not None:
+        env.kube.delete("Deployment", ns, names.backfill)
     pods = env.kube.list("Pod", ns, driverlease.driver_selector(names.base))
-    pods += env.kube.list("Pod", ns, f"sluice.dev/query={names.base},app.kubernetes.io/component=backfill")
+    pods += env.kube.list("Pod", ns, driverlease.driver_selector(names.base, "backfill"))
     if pods:
         if runtime_seconds < drain_budget:
             raise Retry(f"waiting for {len(pods)} driver pod(s) to drain", 5)
@@ -105,12 +104,13 @@ def _delete_inventory(run: QueryRun, admin: TopicAdmin) -> None:
     on the brokers (dead-letter and output topics, consumer and exactly-once marker groups)."""
     versions = list(run.status.get("versions") or [])
     rollout = run.status.get("rollout") or {}
+    service_id = (run.status.get("identity") or {}).get("serviceId")
     if rollout.get("outputTopic") and rollout.get("targetPlanVersion"):  # a replace in flight
-        ident = run.status.get("identity") or {}
-        group = str(ident.get("consumerGroup") or "")
-        stem = group.rsplit(".v", 1)[0] if ".v" in group else ""
-        versions.append({"version": rollout["targetPlanVersion"], "outputTopic": rollout["outputTopic"],
-                         "consumerGroup": f"{stem}.v{rollout['targetPlanVersion']}" if stem else None})
+        target = QueryIdentity(service_id=str(service_id or "?"), namespace=run.ns, name=run.name,
+                               uid=str(run.body["metadata"].get("uid") or ""),
+                               plan_version=int(rollout["targetPlanVersion"]))
+        versions.append({"version": target.plan_version, "outputTopic": rollout["outputTopic"],
+                         "consumerGroup": target.consumer_group if service_id else None})
     if not versions:
         return
     everything = CleanupPolicy(delete_topics="AfterRetention")

@@ -15,9 +15,9 @@ from sluice.operator.builders.context import QueryContext
 from sluice.operator.kube import Kube
 
 
-def driver_selector(base: str) -> str:
-    """Label selector of a query's driver pods."""
-    return f"{election.QUERY_LABEL}={base},app.kubernetes.io/component=driver"
+def driver_selector(base: str, role: str = "driver") -> str:
+    """Label selector of a query's driver pods (``role="backfill"``: a backfill's)."""
+    return f"{election.QUERY_LABEL}={base},app.kubernetes.io/component={role}"
 
 
 def adopt(kube: Kube, ctx: QueryContext, lease: dict[str, Any]) -> dict[str, Any]:

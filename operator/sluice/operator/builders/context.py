@@ -62,7 +62,7 @@ class QueryContext:
     @property
     def workload_name(self) -> str:
         """The Deployment (and its Lease): ``<base>-driver``, or ``<base>-backfill``."""
-        return f"{self.names.base}-backfill" if self.backfill else self.names.driver
+        return self.names.backfill if self.backfill else self.names.driver
 
     @property
     def lease(self) -> str:
