@@ -27,13 +27,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     images.add_argument("action", choices=["build"])
     images.add_argument("names", nargs="*", metavar="NAME",
                         help="sluice-runtime and/or sluice-operator (default: both)")
+    images.add_argument("--state-dir", type=Path, default=Path(".platform"),
+                        help="the platform whose real node gets the images, if one runs")
     args = parser.parse_args(argv)
     try:
         if args.command == "images":
             from sluice_dev.images import build
 
-            for name, archive in build.build(args.names).items():
+            built = build.build(args.names)
+            for name, archive in built.items():
                 print(f"{name}: {archive}")
+            if orchestrate.load_images(args.state_dir, build.by_reference(built)):
+                print(f"loaded into the real node of {args.state_dir}")
         elif args.command == "deploy":
             orchestrate.deploy(args.state_dir)
         elif args.action == "up":

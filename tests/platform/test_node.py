@@ -1,7 +1,8 @@
 """The real node: a kubelet with containerd + runc, a CNI bridge and kube-proxy.
 
 Pods run from a locally built image, readiness probes pass, ClusterIP Services (the
-``kubernetes`` one included) work from the host and from pods, a container killed with SIGKILL
+``kubernetes`` one included) work from the host and from pods, Kafka answers pods at the address
+it advertises, a container killed with SIGKILL
 through runc is restarted by the kubelet, a crashed node recovers on the next start, and a stopped
 node leaves nothing on the machine. Tests run in file order; the last one stops the node.
 """
@@ -55,7 +56,7 @@ def _server_pod(name: str, labels: dict[str, str]) -> dict[str, Any]:
     }
 
 
-def _client_pod(name: str, *args: str) -> dict[str, Any]:
+def _client_pod(name: str, *args: str, mode: str = "get") -> dict[str, Any]:
     return {
         "apiVersion": "v1",
         "kind": "Pod",
@@ -63,7 +64,7 @@ def _client_pod(name: str, *args: str) -> dict[str, Any]:
         "spec": {
             "restartPolicy": "Never",
             "containers": [{
-                "name": "get", "image": node.TEST_IMAGE, "imagePullPolicy": "Never", "args": ["get", *args],
+                "name": "get", "image": node.TEST_IMAGE, "imagePullPolicy": "Never", "args": [mode, *args],
             }],
         },
     }
@@ -145,6 +146,24 @@ def test_kubernetes_service_reaches_the_api_server_from_a_pod(
     assert logs.strip() == "ok"
 
 
+def test_kafka_answers_pods_and_the_host_at_the_address_it_advertises(
+    real_node: Node, node_namespace: str
+) -> None:
+    from confluent_kafka.admin import AdminClient
+
+    assert real_node.kafka.startswith(f"{node.node_ip()}:")  # the bridge's address, not loopback
+    core = _core(real_node)
+    # the Kafka protocol from a pod: metadata from the bootstrap, then from the advertised broker
+    core.create_namespaced_pod(node_namespace, _client_pod("kafka", real_node.kafka, mode="kafka"))
+    logs = eventually(
+        lambda: _succeeded_logs(core, node_namespace, "kafka"), what="the Kafka client pod succeeds"
+    )
+    assert logs == f"broker 1 at {real_node.kafka}\n"
+    admin = AdminClient({"bootstrap.servers": real_node.kafka})
+    brokers = admin.list_topics(timeout=10).brokers
+    assert [f"{b.host}:{b.port}" for b in brokers.values()] == [real_node.kafka]
+
+
 def test_cluster_dns_resolves_service_names_in_pods(real_node: Node, node_namespace: str) -> None:
     core = _core(real_node)
     _serve(core, node_namespace)
@@ -194,6 +213,9 @@ def test_crashed_node_recovers_on_the_next_start(real_node: Node, node_namespace
     pod = eventually(running_again, what="the pod runs again (a new container) on the restarted node")
     url = f"http://{pod.status.pod_ip}:8080/"
     assert eventually(lambda: _http(url), what="the new container answers") == "hello from web\n"
+    # the restart kept the bridge: Kafka's pod listener (bound to the node IP) still answers
+    host, _, port = real_node.kafka.rpartition(":")
+    assert common.port_open(host, int(port))
 
 
 def test_stopped_node_leaves_nothing_behind(real_node: Node) -> None:

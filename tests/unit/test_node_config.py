@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 from sluice_dev import cli
-from sluice_dev.platform import kube, kube_build, orchestrate
-from sluice_dev.platform.node import config, images, teardown
+from sluice_dev.platform import kafka, kube, kube_build, kube_certs, orchestrate
+from sluice_dev.platform.node import config, images, teardown, volumes
 
 
 @pytest.fixture
@@ -169,13 +169,33 @@ def test_node_binaries_are_a_build_group_of_their_own() -> None:
     assert not set(kube_build.NODE_GROUP.packages) & set(kube_build.BINARIES)
 
 
-def test_apiserver_advertises_the_node_ip_only_for_the_real_node() -> None:
-    assert "--endpoint-reconciler-type=none" in kube.apiserver_network_args(None)
+def test_apiserver_listens_on_and_advertises_the_node_ip_only_for_the_real_node() -> None:
+    loopback = kube.apiserver_network_args(None)
+    assert "--endpoint-reconciler-type=none" in loopback and "--bind-address=127.0.0.1" in loopback
     args = kube.apiserver_network_args("10.242.0.1")
-    assert "--advertise-address=10.242.0.1" in args and "--bind-address=0.0.0.0" in args
+    # the bridge's address only, never every interface of the machine
+    assert "--advertise-address=10.242.0.1" in args and "--bind-address=10.242.0.1" in args
     assert "--endpoint-reconciler-type=none" not in args
     assert orchestrate._advertise_address("node") == config.node_ip()
     assert orchestrate._advertise_address("nodeagent") is None
+    # the serving certificate names the address clients then dial
+    assert kube_certs.NODE_IP == config.node_ip() and f"IP:{config.node_ip()}" in kube_certs.SERVING_SANS
+
+
+def test_kafka_gets_a_pod_listener_on_the_node_ip_advertised_as_such(tmp_path: Path) -> None:
+    def props(text: str) -> dict[str, str]:
+        pairs = (line.split("=", 1) for line in text.splitlines() if "=" in line and not line.startswith("#"))
+        return dict(pairs)
+
+    loopback = props(kafka.server_properties(tmp_path, 9092, 9093))
+    assert loopback["listeners"] == "PLAINTEXT://127.0.0.1:9092,CONTROLLER://127.0.0.1:9093"
+    pods = props(kafka.server_properties(tmp_path, 9092, 9093, "10.242.0.1:9094"))
+    assert pods["listeners"].endswith(",PODS://10.242.0.1:9094")
+    assert pods["advertised.listeners"] == pods["listeners"]
+    assert "PODS:PLAINTEXT" in pods["listener.security.protocol.map"].split(",")
+    # brokers and the controller keep talking over loopback
+    assert pods["inter.broker.listener.name"] == "PLAINTEXT"
+    assert pods["controller.quorum.voters"] == "1@127.0.0.1:9093"
 
 
 def test_cli_node_choice_defaults_to_the_node_agent(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -194,6 +214,17 @@ def test_node_processes_are_its_programs_naming_its_dir() -> None:
     assert not teardown.is_node_process(["tail", "-f", "/tmp/p/node/kubelet.log"], node_dir)
     assert not teardown.is_node_process(["/c/bin/kubelet", "--root-dir=/tmp/p/node2/kubelet"], node_dir)
     assert not teardown.is_node_process([], node_dir)
+    provisioner = volumes.argv("/v/bin/python", kubeconfig=Path("/tmp/p/kube/admin"), root=node_dir / "pv")
+    assert teardown.is_node_process(provisioner, node_dir)
+    assert not teardown.is_node_process(["/v/bin/python", "-m", "other", f"--root={node_dir}/pv"], node_dir)
+
+
+def test_local_images_are_tagged_with_what_their_unqualified_name_means() -> None:
+    assert config.image_alias("localhost/sluice-runtime:0.1.0") == "docker.io/library/sluice-runtime:0.1.0"
+    with pytest.raises(ValueError, match="local image"):
+        config.image_alias("localhost/sluice/pause:1")  # resolves to no library image
+    with pytest.raises(ValueError, match="local image"):
+        config.image_alias("sluice-runtime:0.1.0")
 
 
 def test_cluster_dns_objects_match_the_kubelet_and_pass_restricted(

@@ -18,15 +18,23 @@ class FakeComponent:
     def provision(self, log: Any = print) -> None:
         pass
 
-    def stop(self, state_dir: Path) -> None:
-        self.calls.append((self.name, "stop", None))
+    def stop(self, state_dir: Path, **kwargs: Any) -> None:
+        self.calls.append((self.name, "stop", kwargs.get("keep_network")))
 
     def start(self, state_dir: Path, *args: Any, **kwargs: Any) -> common.Started:
-        self.calls.append((self.name, "start", kwargs.get("advertise_address")))
+        address = kwargs.get("advertise_address") or kwargs.get("pod_address")
+        self.calls.append((self.name, "start", address))
         env = {"KUBECONFIG": str(state_dir / "admin.kubeconfig")} if self.name == "kube" else {}
-        return common.Started(self.name, env=env, info={"probe": "127.0.0.1:1", "server": "https://127.0.0.1:1"})
+        info = {"probe": "127.0.0.1:1", "server": "https://127.0.0.1:1"}
+        if self.name == "kafka":
+            info["pod_address"] = address or ""
+        return common.Started(self.name, env=env, info=info)
 
     def node_ip(self) -> str:
+        return "10.242.0.1"
+
+    def network_up(self, state_dir: Path) -> str:
+        self.calls.append((self.name, "network_up", None))
         return "10.242.0.1"
 
 
@@ -50,18 +58,27 @@ def test_default_is_the_node_agent_on_a_loopback_control_plane(tmp_path: Path, c
     assert "node" not in state
 
 
-def test_switching_to_the_real_node_restarts_the_control_plane_and_stops_the_agent(
+def test_switching_to_the_real_node_restarts_kafka_and_the_control_plane_on_its_bridge(
     tmp_path: Path, calls: list[Any]
 ) -> None:
     orchestrate.up(tmp_path, log=lambda _: None)
     calls.clear()
     state = orchestrate.up(tmp_path, log=lambda _: None, node="kubelet")
     assert ("nodeagent", "stop", None) in calls
-    assert _starts(calls) == [("kube", "10.242.0.1"), ("node", None)]  # kafka kept
+    # the bridge before anything binds the node IP; Kafka and the API server listen there
+    assert calls[calls.index(("nodeagent", "stop", None)) + 1] == ("node", "network_up", None)
+    assert _starts(calls) == [("kafka", "10.242.0.1"), ("kube", "10.242.0.1"), ("node", None)]
     assert "nodeagent" not in state and state["kube"]["info"]["advertise_address"] == "10.242.0.1"
+    assert state["kafka"]["info"]["pod_address"] == "10.242.0.1"
+    # restarting the node under a running Kafka and control plane keeps its bridge
+    assert [c for c in calls if c[:2] == ("node", "stop")] == [("node", "stop", True)]
     calls.clear()
     orchestrate.up(tmp_path, log=lambda _: None, node="kubelet")
     assert _starts(calls) == []  # everything healthy and as chosen: idempotent
+    calls.clear()
+    orchestrate.up(tmp_path, log=lambda _: None)  # back to the agent: the bridge goes
+    assert ("node", "stop", None) in calls
+    assert _starts(calls) == [("kafka", None), ("kube", None), ("nodeagent", None)]
 
 
 def test_down_stops_both_kinds_of_node(
@@ -71,5 +88,15 @@ def test_down_stops_both_kinds_of_node(
 
     monkeypatch.setattr(operator, "stop", lambda state_dir: None)
     orchestrate.down(tmp_path, log=lambda _: None)
-    stopped = [name for name, action, _ in calls if action == "stop"]
-    assert stopped == ["node", "nodeagent", "kube", "kafka"]
+    stopped = [(name, keep) for name, action, keep in calls if action == "stop"]
+    assert stopped == [("node", None), ("nodeagent", None), ("kube", None), ("kafka", None)]
+
+
+def test_images_load_only_into_a_running_real_node(tmp_path: Path, calls: list[Any]) -> None:
+    loaded: list[dict[str, Path]] = []
+    orchestrate._module("node").load_images = lambda state_dir, archives: loaded.append(archives)
+    archives = {"localhost/sluice-runtime:0.1.0": tmp_path / "runtime.oci.tar"}
+    orchestrate.up(tmp_path, log=lambda _: None)  # the node agent: nothing to load into
+    assert orchestrate.load_images(tmp_path, archives) is False and loaded == []
+    orchestrate.up(tmp_path, log=lambda _: None, node="kubelet")
+    assert orchestrate.load_images(tmp_path, archives) is True and loaded == [archives]

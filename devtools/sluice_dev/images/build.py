@@ -182,6 +182,11 @@ def archives(names: Sequence[str] = ()) -> dict[str, Path]:
     return build(names, log=lambda _: None)
 
 
+def by_reference(built: dict[str, Path]) -> dict[str, Path]:
+    """``build``'s result (image name -> archive) keyed by the reference each archive carries."""
+    return {specs.by_name(name).reference(): archive for name, archive in built.items()}
+
+
 def load_into_containerd(archive: Path, address: str, *, namespace: str = "k8s.io",
                          log_path: Path | None = None) -> None:
     """Import an OCI archive into the containerd listening on ``address`` (a socket path)."""

@@ -86,8 +86,14 @@ def should_delete(pv: Obj) -> bool:
 
 
 class Provisioner:
-    def __init__(self, api: Api, root: Path, interval: float = 1.0, make_default: bool = True) -> None:
+    def __init__(
+        self, api: Api, root: Path, interval: float = 1.0, make_default: bool = True,
+        dir_mode: int | None = None,
+    ) -> None:
+        """``dir_mode``: what the volumes' directories are chmod'ed to (pods running as another
+        user than this process need write access; a hostPath volume gets no fsGroup)."""
         self.api, self.root, self.interval, self.make_default = api, root, interval, make_default
+        self.dir_mode = dir_mode
         self.stop = threading.Event()
         self.thread = threading.Thread(target=self._loop, name="provisioner", daemon=True)
 
@@ -124,7 +130,10 @@ class Provisioner:
 
     def provision(self, pvc: Obj, cls: Obj) -> None:
         pv = pv_for(pvc, cls, self.root)
-        Path(pv["spec"]["hostPath"]["path"]).mkdir(parents=True, exist_ok=True)
+        directory = Path(pv["spec"]["hostPath"]["path"])
+        directory.mkdir(parents=True, exist_ok=True)
+        if self.dir_mode is not None:
+            directory.chmod(self.dir_mode)
         try:
             self.api.create("/api/v1/persistentvolumes", pv)
             log.info(

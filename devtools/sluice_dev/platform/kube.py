@@ -158,9 +158,10 @@ def _require_binaries(bin_dir: Path) -> None:
 def start(state_dir: Path, *, advertise_address: str | None = None) -> Started:
     """Start etcd, kube-apiserver, kube-controller-manager and kube-scheduler on 127.0.0.1.
 
-    With ``advertise_address`` (the real node's IP, see ``sluice_dev.platform.node``) the API
-    server listens on every address and publishes that one as the ``kubernetes`` Service's
-    endpoint, so that pods reach it through the Service; the admin kubeconfig still uses 127.0.0.1.
+    With ``advertise_address`` (the real node's IP, see ``sluice_dev.platform.node``; its bridge
+    must exist, ``node.network_up``) the API server listens on that address only and publishes it
+    as the ``kubernetes`` Service's endpoint, so that pods reach it through the Service; every
+    kubeconfig (admin, controllers, node) then uses it too (the host reaches the bridge).
 
     Returns once the apiserver is ready and the controller-manager has created the ``default``
     ServiceAccount. Leftovers of an earlier run in ``state_dir`` are stopped first; on failure every
@@ -197,9 +198,10 @@ def apiserver_network_args(advertise_address: str | None) -> list[str]:
         return [
             "--bind-address=127.0.0.1", "--advertise-address=127.0.0.1", "--endpoint-reconciler-type=none"
         ]
-    # The node's name does not resolve: logs/exec/port-forward go to its InternalIP.
+    # The node's name does not resolve: logs/exec/port-forward go to its InternalIP. Only our
+    # bridge's address: nothing of the platform listens on the machine's other interfaces.
     return [
-        "--bind-address=0.0.0.0",
+        f"--bind-address={advertise_address}",
         f"--advertise-address={advertise_address}",
         "--kubelet-preferred-address-types=InternalIP,Hostname",
     ]
@@ -235,7 +237,7 @@ def _start(
         timeout=ETCD_TIMEOUT, what="report healthy",
     )
 
-    server = f"https://127.0.0.1:{apiserver_port}"
+    server = f"https://{advertise_address or '127.0.0.1'}:{apiserver_port}"
     group.spawn("kube-apiserver", [
         str(bin_dir / "kube-apiserver"),
         f"--etcd-servers={etcd_url}",

@@ -21,6 +21,9 @@ from sluice_dev.platform.common import PlatformError, run_logged
 
 COMPONENT = "kubernetes"
 SERVICE_IP = "10.0.0.1"
+#: The real node's IP (``sluice_dev.platform.node.config.node_ip()``, a unit test keeps the two
+#: equal; importing it here would be circular), where the API server listens when that node runs.
+NODE_IP = "10.242.0.1"
 DAYS = "3650"
 
 SERVING_SANS = (
@@ -31,7 +34,10 @@ SERVING_SANS = (
     "DNS:kubernetes.default.svc.cluster.local",
     "IP:127.0.0.1",
     f"IP:{SERVICE_IP}",
+    f"IP:{NODE_IP}",
 )
+#: What ``.complete`` holds: a certificate set of an older layout is regenerated.
+LAYOUT = "2: apiserver SANs with the node IP"
 
 # name -> (common name, organisations)
 CLIENTS: dict[str, tuple[str, tuple[str, ...]]] = {
@@ -126,6 +132,8 @@ def _valid(pki: Pki) -> bool:
     expected += [path for name in names for path in (pki.crt(name), pki.key(name))]
     if not all(path.is_file() for path in expected):
         return False
+    if (pki.dir / ".complete").read_text().strip() != LAYOUT:
+        return False
     result = subprocess.run(
         ["openssl", "x509", "-checkend", "86400", "-noout", "-in", str(pki.ca_crt)],
         capture_output=True, check=False,
@@ -156,7 +164,7 @@ def ensure_pki(kube_dir: Path) -> Pki:
     _openssl(pki, "genpkey", "-algorithm", "RSA", "-pkeyopt", "rsa_keygen_bits:2048", "-out", str(pki.sa_key))
     pki.sa_key.chmod(0o600)
     _openssl(pki, "pkey", "-in", str(pki.sa_key), "-pubout", "-out", str(pki.sa_pub))
-    (pki.dir / ".complete").write_text("ok\n")
+    (pki.dir / ".complete").write_text(LAYOUT + "\n")
     return pki
 
 

@@ -85,9 +85,23 @@ def write_env(state_dir: Path, env: dict[str, str], bin_dirs: list[str]) -> Path
 
 
 def _advertise_address(node: str | None) -> str | None:
-    """What kube-apiserver must advertise for ``node``: the real node's IP (so that pods reach
-    it through the ``kubernetes`` Service), nothing for the node agent."""
+    """Where pods reach the host for ``node``: the real node's IP, on which kube-apiserver
+    listens and which it advertises (so that pods reach it through the ``kubernetes`` Service)
+    and on which Kafka has its pod listener; nothing for the node agent (loopback only)."""
     return str(_module("node").node_ip()) if node == "node" else None
+
+
+#: The ``info`` key under which each component records the address it was started for.
+_ADDRESS_KEYS = {"kube": "advertise_address", "kafka": "pod_address"}
+
+
+def _stop_node(name: str, state_dir: Path) -> None:
+    """Stop a node to start it again at once: the real node keeps its bridge (the address
+    Kafka and the API server listen on)."""
+    if name == "node":
+        _module(name).stop(state_dir, keep_network=True)
+    else:
+        _module(name).stop(state_dir)
 
 
 def up(
@@ -112,6 +126,8 @@ def up(
             del state[other]
             log(f"{other}: stopped (not the chosen node)")
     advertise = _advertise_address(chosen)
+    if chosen == "node":  # its bridge first: Kafka and the API server listen on the node IP
+        _module("node").network_up(state_dir)
     for name in SERVICES:
         if name in NODE_KINDS.values() and name != chosen:
             continue
@@ -121,24 +137,30 @@ def up(
             log(f"{name}: not available in this checkout, skipped")
             continue
         entry = state.get(name)
-        if entry and name == "kube" and entry.get("info", {}).get("advertise_address") != advertise:
-            log("kube: restarting for the chosen node's network")
+        key = _ADDRESS_KEYS.get(name)
+        if entry and key and (entry.get("info", {}).get(key) or None) != advertise:
+            log(f"{name}: restarting for the chosen node's network")
         elif entry and _healthy(name, entry, state_dir):
             log(f"{name}: already running ({entry.get('probe')})")
             continue
         if hasattr(module, "provision"):
             log(f"provisioning {name} ...")
             module.provision(log=log)
-        module.stop(state_dir)  # leftovers of a crashed run
+        if name in NODE_KINDS.values():  # leftovers of a crashed run
+            _stop_node(name, state_dir)
+        else:
+            module.stop(state_dir)
         t1 = time.monotonic()
         if name == "nodeagent":
             started = module.start(state_dir, Path(state["kube"]["env"]["KUBECONFIG"]))
+        elif name == "kafka":
+            started = module.start(state_dir, pod_address=advertise)
         elif name == "kube":
             started = module.start(state_dir, advertise_address=advertise)
             if advertise is not None:
                 started.info["advertise_address"] = advertise
             if chosen in state:  # a fresh cluster: the node registers again
-                _module(chosen).stop(state_dir)
+                _stop_node(chosen, state_dir)
                 del state[chosen]
         else:
             started = module.start(state_dir)
@@ -192,6 +214,17 @@ def deploy(state_dir: Path, log: Callable[[str], None] = print) -> dict[str, Any
     log(f"CRDs installed; operator running (log: {started.logs[0]}, metrics: {started.info['metrics']})")
     log(f"environment: source {env_path}")
     return state
+
+
+def load_images(state_dir: Path, archives: dict[str, Path]) -> bool:
+    """Import image archives (reference -> archive) into the real node of ``state_dir`` if one
+    runs there; False if none does (the node agent needs no images: it runs pods from the
+    project's venv)."""
+    state = _load_state(state_dir.resolve())
+    if "node" not in state or not _healthy("node", state["node"], state_dir.resolve()):
+        return False
+    _module("node").load_images(state_dir, archives)
+    return True
 
 
 def down(state_dir: Path, log: Callable[[str], None] = print) -> None:

@@ -299,6 +299,15 @@ def containerd_argv(containerd: str, layout: Layout) -> list[str]:
     return [containerd, f"--config={layout.containerd_config}", "--log-level=info"]
 
 
+def image_alias(reference: str) -> str:
+    """The name a kubelet resolves the unqualified form of a local image to:
+    ``localhost/sluice-runtime:0.1.0`` -> ``docker.io/library/sluice-runtime:0.1.0`` (what
+    ``sluice-runtime:0.1.0`` in a pod spec means)."""
+    if not reference.startswith("localhost/") or reference.count("/") != 1:
+        raise ValueError(f"not a local image of one path component: {reference!r}")
+    return "docker.io/library/" + reference.removeprefix("localhost/")
+
+
 def ctr_argv(ctr: str, layout: Layout, *args: str) -> list[str]:
     """``ctr`` against our containerd in the CRI namespace."""
     return [ctr, f"--address={layout.containerd_socket}", f"--namespace={CONTAINERD_NAMESPACE}", *args]

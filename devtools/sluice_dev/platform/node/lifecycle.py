@@ -1,4 +1,4 @@
-"""Starting and stopping the real node: bridge, containerd, kubelet, kube-proxy, cluster DNS.
+"""Starting and stopping the real node: bridge, containerd, kubelet, kube-proxy, volumes, DNS.
 
 Everything lives under ``<state_dir>/node/`` (see ``config.Layout``). The node authenticates as
 itself: a client certificate for ``system:node:sluice-node`` in ``system:nodes`` (so the Node
@@ -13,6 +13,7 @@ import contextlib
 import json
 import shutil
 import subprocess
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -21,11 +22,11 @@ from sluice_dev.platform import kube_build
 from sluice_dev.platform.common import PlatformError, Started, free_port, spawn, stop_pid, tail
 from sluice_dev.platform.kube import _http_get, _https_get
 from sluice_dev.platform.kube_certs import Pki, issue, write_kubeconfig
-from sluice_dev.platform.node import config, dns, images, teardown
+from sluice_dev.platform.node import config, dns, images, teardown, volumes
 from sluice_dev.platform.node.provision import missing_tools
 
 COMPONENT = "node"
-PROCESSES = ("containerd", "kubelet", "kube-proxy")
+PROCESSES = ("containerd", "kubelet", "kube-proxy", "volumes")
 CONTAINERD_TIMEOUT = 60.0
 KUBELET_TIMEOUT = 180.0
 PROXY_TIMEOUT = 60.0
@@ -99,6 +100,15 @@ def _claim_bridge(lay: config.Layout) -> None:
     teardown.IP_FORWARD.write_text("1\n")
 
 
+def network_up(state_dir: Path) -> str:
+    """Create the node's bridge with the node IP before anything listens on that address (Kafka's
+    pod listener, the API server); idempotent. Returns the node IP. ``stop`` removes it."""
+    lay = layout(state_dir.resolve())
+    lay.dir.mkdir(parents=True, exist_ok=True)
+    _claim_bridge(lay)
+    return config.node_ip()
+
+
 def _certs(state_dir: Path, lay: config.Layout) -> tuple[Pki, str]:
     """Issue the node's certificates from the control plane's CA; return it and the server URL."""
     kube_dir = state_dir / "kube"
@@ -129,7 +139,7 @@ def start(state_dir: Path) -> Started:
     names the process and log."""
     state_dir = state_dir.resolve()
     lay = layout(state_dir)
-    stop(state_dir)
+    stop(state_dir, keep_network=True)
     missing = missing_tools() + [str(p) for p in images.archives() if not p.is_file()]
     node_bin = kube_build.NODE_GROUP.bin_dir
     if missing or not kube_build.NODE_GROUP.complete():
@@ -138,7 +148,7 @@ def start(state_dir: Path) -> Started:
     try:
         return _start(state_dir, lay, node_bin)
     except BaseException:
-        stop(state_dir)
+        stop(state_dir, keep_network=True)  # Kafka and the API server may listen on the node IP
         raise
 
 
@@ -205,9 +215,17 @@ def _start(state_dir: Path, lay: config.Layout, node_bin: Path) -> Started:
         timeout=PROXY_TIMEOUT, what="report /healthz ok", procs=procs,
     )
 
+    # persistent volumes: the default StorageClass and its hostPath provisioner
+    admin = state_dir / "kube" / "admin.kubeconfig"
+    run("volumes", volumes.argv(sys.executable, kubeconfig=admin, root=lay.dir / "pv"))
+    storage_class = f"{server}/apis/storage.k8s.io/v1/storageclasses/{volumes.CLASS_NAME}"
+    _wait(
+        "volumes", lay, lambda: _https_get(storage_class, pki)[0] == 200,
+        timeout=PROXY_TIMEOUT, what=f"create the {volumes.CLASS_NAME} StorageClass", procs=procs,
+    )
+
     # cluster DNS
     kubectl = str(kube_build.bin_dir() / "kubectl")
-    admin = state_dir / "kube" / "admin.kubeconfig"
     applied = subprocess.run(
         [kubectl, f"--kubeconfig={admin}", "apply", "-f", "-"], input=dns.manifest_json(),
         capture_output=True, text=True, check=False, timeout=120,
@@ -244,9 +262,29 @@ def _start(state_dir: Path, lay: config.Layout, node_bin: Path) -> Started:
     )
 
 
-def stop(state_dir: Path) -> None:
+def load_images(state_dir: Path, archives: dict[str, Path]) -> None:
+    """Import OCI archives (``make images``: the reference each archive carries, such as
+    ``localhost/sluice-runtime:0.1.0`` -> archive) into the running node's containerd, and tag
+    each with the name an unqualified reference means to a kubelet (``config.image_alias``), as
+    ``kind load`` does: the operator's default runtime image and the chart's defaults then run
+    as they are, never pulled with ``IfNotPresent``. They stay across node restarts
+    (containerd's root is kept)."""
+    lay = layout(state_dir.resolve())
+    ctr = shutil.which("ctr") or "ctr"
+    if not lay.containerd_socket.exists():
+        raise PlatformError(COMPONENT, f"no node runs from {state_dir} (no {lay.containerd_socket})")
+    for reference, archive in archives.items():
+        _sh("containerd", lay, config.ctr_argv(ctr, lay, "images", "import", "--no-unpack", str(archive)))
+        alias = config.image_alias(reference)
+        _sh("containerd", lay, config.ctr_argv(ctr, lay, "images", "tag", "--force", reference, alias))
+
+
+def stop(state_dir: Path, *, keep_network: bool = False) -> None:
     """Stop kube-proxy, the kubelet and containerd, then remove everything the node created on
-    the machine (``teardown.teardown``); idempotent, and works after a crash."""
+    the machine (``teardown.teardown``); idempotent, and works after a crash.
+
+    ``keep_network`` keeps our bridge and the node IP on it (``network_up``), for a node that is
+    started again right away under a running Kafka and control plane."""
     lay = layout(state_dir)
     for name in reversed(PROCESSES):
         stop_pid(lay.pid(name), grace=15.0)
@@ -255,7 +293,7 @@ def stop(state_dir: Path) -> None:
         if kube_proxy.exists() and not teardown.owned_elsewhere(lay):
             with contextlib.suppress(OSError, subprocess.SubprocessError):
                 subprocess.run([str(kube_proxy), "--cleanup"], capture_output=True, check=False, timeout=60)
-        teardown.teardown(lay)
+        teardown.teardown(lay, keep_bridge=keep_network)
 
 
 def leftovers(state_dir: Path) -> list[str]:

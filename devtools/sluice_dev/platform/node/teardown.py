@@ -28,7 +28,7 @@ import time
 from collections.abc import Iterable
 from pathlib import Path
 
-from sluice_dev.platform.node import config
+from sluice_dev.platform.node import config, volumes
 
 SHIM_SOCKET_DIR = Path("/run/containerd/s")
 CONTAINER_LOG_LINKS = Path("/var/log/containers")
@@ -151,14 +151,15 @@ def clean_iptables() -> list[str]:
     return problems
 
 
-#: the node's own programs; a process of these whose arguments name the state dir is ours
+#: the node's own programs; a process of these whose arguments name the state dir is ours (so is
+#: the volume provisioner, a Python module)
 PROGRAMS = frozenset({"containerd", "containerd-shim-runc-v2", "kubelet", "kube-proxy", "runc"})
 
 
 def is_node_process(argv: list[str], node_dir: Path) -> bool:
     """Is ``argv`` one of the node's programs run for ``node_dir`` (not, say, a ``tail -f`` of
     one of its logs, nor a process of a sibling directory)?"""
-    if not argv or Path(argv[0]).name not in PROGRAMS:
+    if not argv or (Path(argv[0]).name not in PROGRAMS and volumes.MODULE not in argv[1:3]):
         return False
     pattern = re.compile(re.escape(str(node_dir)) + r"(/|$)")
     return any(pattern.search(arg) for arg in argv[1:])
@@ -270,14 +271,18 @@ def owned_elsewhere(layout: config.Layout) -> bool:
     return owner is not None and owner != str(layout.dir) and bool(processes(config.Layout(Path(owner))))
 
 
-def remove_network(layout: config.Layout) -> None:
+def remove_network(layout: config.Layout, *, keep_bridge: bool = False) -> None:
+    """Remove the veths on the bridge, the iptables chains and rules, and (unless
+    ``keep_bridge``, when the bridge is ours) the bridge itself, restoring ``ip_forward``."""
     if owned_elsewhere(layout):
         return
     for port in bridge_ports():
         _run(["ip", "link", "delete", port])
+    clean_iptables()
+    if keep_bridge and bridge_owner() == str(layout.dir):
+        return
     if bridge_exists():
         _run(["ip", "link", "delete", config.BRIDGE])
-    clean_iptables()
     saved = layout.dir / "ip_forward.orig"
     if saved.is_file():
         with contextlib.suppress(OSError):
@@ -348,13 +353,16 @@ def remove_empty_dirs() -> None:
             directory.rmdir()
 
 
-def teardown(layout: config.Layout) -> None:
-    """Remove every process, mount, network object and host file of the node; idempotent."""
+def teardown(layout: config.Layout, *, keep_bridge: bool = False) -> None:
+    """Remove every process, mount, network object and host file of the node; idempotent.
+
+    ``keep_bridge`` keeps our bridge and its address (the node IP) for a node that starts again
+    at once: Kafka and the API server listen on that address and must not lose it."""
     kill_processes(layout)
     remove_host_files(layout)
     unmount_all(layout.dir)
     remove_cgroups(layout)
-    remove_network(layout)
+    remove_network(layout, keep_bridge=keep_bridge)
     remove_empty_dirs()
 
 
