@@ -17,9 +17,11 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
 	@touch $(STAMP)
 
-# the whole suite; the real node's tests (tests/platform, root, one node per machine) run last
+# the whole suite on two workers, a test file per work unit: each worker starts its own platform
+# (Kafka, control plane, node agent on a loopback range of its own), and the e2e files, sorted
+# last, run after the worker's other files; the real node's tests (tests/platform) are one unit
 test: install
-	$(BIN)/python -m pytest tests/unit tests/integration tests/e2e tests/platform --durations=30
+	$(BIN)/python -m pytest -n 2 --dist loadfile tests/unit tests/integration tests/e2e tests/platform --durations=30
 
 test-unit: install
 	$(BIN)/python -m pytest tests/unit

@@ -24,16 +24,38 @@ REPO = Path(__file__).resolve().parent.parent
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 
 
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """End-to-end tests run last, and every SparkSession of the run gets the connector jars.
+E2E_UNIT = "tests/e2e"
 
-    The e2e cluster (a cluster-wide operator and a Ready node) lives until the session ends, so
-    whatever order the paths were given in, nothing else runs while it does.
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """With ``-n``: a test file per work unit, except the e2e files, which form one unit (their
+    cluster fixture is set up once per worker that runs them). No reordering by size: the
+    collection order below decides, and it puts the e2e unit, the longest, first."""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class Scheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            path = nodeid.split("::", 1)[0]
+            return E2E_UNIT if path.startswith(E2E_UNIT + "/") else path
+
+    config.option.loadscopereorder = False
+    return Scheduling(config, log)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """End-to-end tests run together, and every SparkSession of the run gets the connector jars.
+
+    The e2e cluster (a cluster-wide operator and a Ready node) lives from the first e2e test to
+    the last one of the package (``tests/e2e/conftest.py``), so nothing else may run in between:
+    they are sorted last in a plain run, and first under xdist, where the worker that takes them
+    (one work unit) starts on them at once and so sets the suite's length as little as possible.
 
     Jars load only when the JVM starts, i.e. with the first SparkSession of the process, whichever
     test module creates it; PYSPARK_SUBMIT_ARGS reaches that first launch.
     """
-    items.sort(key=lambda i: i.get_closest_marker("e2e") is not None)  # stable: keeps the rest's order
+    distributed = hasattr(config, "workerinput")
+    # stable sorts: the rest keeps its order
+    items.sort(key=lambda i: (i.get_closest_marker("e2e") is not None) != distributed)
     if not any(i.get_closest_marker("integration") or i.get_closest_marker("e2e") for i in items):
         return
     from sluice_dev.platform import sparkjars

@@ -11,12 +11,13 @@ from cluster import E2ECluster
 from sluice_dev.platform import common
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def cluster(request: pytest.FixtureRequest) -> Iterator[E2ECluster]:
-    """A cluster with the operator running, until the test session ends.
+    """A cluster with the operator running, from the first e2e test to the last one.
 
-    The e2e suite runs last (``testpaths`` and ``make test`` order it so): its cluster-wide
-    operator and Ready node would otherwise act on what the integration tests create."""
+    The e2e tests run together (``tests/conftest.py`` sorts them so): the cluster-wide operator and
+    Ready node would otherwise act on what the integration tests create. Leaving the package
+    stops them and deletes the node."""
     if os.environ.get("E2E_CLUSTER", "local") == "kind":
         kind = E2ECluster(
             kubeconfig=Path(os.environ.get("KUBECONFIG", str(Path.home() / ".kube" / "config"))),
