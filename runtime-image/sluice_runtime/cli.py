@@ -45,12 +45,14 @@ import os
 import re
 import signal
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from sluice.core.naming import EXECUTOR_POD_TEMPLATE_CONF, EXECUTOR_POD_TEMPLATE_ENV
 from sluice.core.replace import (
     OUTPUT_TOPIC_ENV,
     PREVIOUS_VERSION_ENV,
@@ -192,6 +194,14 @@ def resolve_config(args: argparse.Namespace, env: Mapping[str, str]) -> RunConfi
             start_from_millis(start_from)
         except StartFromError as exc:
             raise ConfigError(f"SLUICE_START_FROM (--start-from): {exc}") from None
+    template = (env.get(EXECUTOR_POD_TEMPLATE_ENV) or "").strip() or None
+    if template is not None:
+        try:
+            parsed = json.loads(template)
+        except ValueError as exc:
+            raise ConfigError(f"{EXECUTOR_POD_TEMPLATE_ENV} must be a JSON pod template: {exc}") from None
+        if not isinstance(parsed, dict) or parsed.get("kind", "Pod") != "Pod":
+            raise ConfigError(f"{EXECUTOR_POD_TEMPLATE_ENV} must be a JSON object of kind Pod")
     return RunConfig(
         plan=plan,
         checkpoint=checkpoint,
@@ -213,7 +223,18 @@ def resolve_config(args: argparse.Namespace, env: Mapping[str, str]) -> RunConfi
         previous=previous,
         output_topic=output_topic,
         start_from=start_from,
+        executor_pod_template=template,
     )
+
+
+def executor_template_conf(config: RunConfig, directory: Path) -> dict[str, str]:
+    """Write the executor pod template into ``directory`` and name it to Spark (it reads the file
+    when it creates executor pods); nothing without a template."""
+    if config.executor_pod_template is None:
+        return {}
+    path = directory / "executor-pod-template.json"
+    path.write_text(config.executor_pod_template, encoding="utf-8")
+    return {EXECUTOR_POD_TEMPLATE_CONF: str(path)}
 
 
 def default_query_id(plan_hash: str) -> str:
@@ -261,7 +282,7 @@ def execute(config: RunConfig) -> int:
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
 
-    conf = dict(config.conf)
+    conf = {**executor_template_conf(config, Path(tempfile.gettempdir())), **config.conf}
     if config.resolve_connector:
         fallback = connector.fallback_conf(
             config.jars, conf, submit_args=os.environ.get("PYSPARK_SUBMIT_ARGS", "")

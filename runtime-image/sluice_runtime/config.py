@@ -40,6 +40,9 @@ class RunConfig:
     #: where the sources start on a checkpoint without offsets: ``earliest`` or an RFC 3339 time
     #: (:func:`start_from_options`); None: as the plan says
     start_from: str | None = None
+    #: the executor pod template (a JSON object) handed to Spark's Kubernetes scheduler, written to
+    #: a file at start (:func:`sluice_runtime.cli.executor_template_conf`); None: Spark's default pod
+    executor_pod_template: str | None = None
 
 
 EARLIEST = "earliest"

@@ -239,3 +239,18 @@ def test_long_or_odd_query_names(name: str) -> None:
 
 def test_builders_are_deterministic() -> None:
     assert all_objects(context()) == all_objects(context())
+
+
+def test_executor_pods_get_the_restricted_security_context_through_a_pod_template() -> None:
+    sts = builders.driver_deployment(context(cluster=cluster_spec(executors=2)), H, "cm")
+    template = json.loads(env_of(sts)["SLUICE_EXECUTOR_POD_TEMPLATE"])
+    assert template["kind"] == "Pod"
+    pod = template["spec"]["securityContext"]
+    assert pod == sts["spec"]["template"]["spec"]["securityContext"]  # the driver's user and group
+    assert pod["runAsNonRoot"] is True and pod["seccompProfile"] == {"type": "RuntimeDefault"}
+    container = template["spec"]["containers"][0]["securityContext"]
+    assert container["allowPrivilegeEscalation"] is False
+    assert container["capabilities"] == {"drop": ["ALL"]}
+    # local mode: no executor pods, no template
+    local = builders.driver_deployment(context(cluster=cluster_spec(executors=0)), H, "cm")
+    assert "SLUICE_EXECUTOR_POD_TEMPLATE" not in env_of(local)

@@ -248,3 +248,16 @@ def test_an_output_topic_replaces_the_sink_topic_and_keeps_the_pinned_hash(tmp_p
     assert cli.load_plan(dataclasses.replace(config, output_topic=None)) == plan
     unhashed = plan.model_copy(update={"hash": ""})
     assert with_output_topic(unhashed, "x").hash == plan.hash
+
+
+def test_the_executor_pod_template_is_written_for_spark(tmp_path: typing.Any) -> None:
+    base = ["--plan", "p.json", "--checkpoint", "/ck", "--bootstrap", "h:1"]
+    template = '{"apiVersion": "v1", "kind": "Pod", "spec": {"securityContext": {"runAsNonRoot": true}}}'
+    config = _resolve(base, {"SLUICE_EXECUTOR_POD_TEMPLATE": template})
+    conf = cli.executor_template_conf(config, tmp_path)
+    path = conf["spark.kubernetes.executor.podTemplateFile"]
+    assert open(path).read() == template
+    assert cli.executor_template_conf(_resolve(base), tmp_path) == {}
+    for bad in ("{not json", '["a"]', '{"kind": "Service"}'):
+        with pytest.raises(cli.ConfigError, match="SLUICE_EXECUTOR_POD_TEMPLATE"):
+            _resolve(base, {"SLUICE_EXECUTOR_POD_TEMPLATE": bad})

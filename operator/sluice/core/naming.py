@@ -27,6 +27,10 @@ LABEL_MAX = 63
 STATE_MOUNT = "/var/lib/sluice/state"
 PLAN_MOUNT = "/etc/sluice/plan"
 PLAN_FILE = "plan.json"
+#: the executor pod template (JSON) a driver with executors hands to Spark's Kubernetes scheduler
+EXECUTOR_POD_TEMPLATE_ENV = "SLUICE_EXECUTOR_POD_TEMPLATE"
+#: where the runtime writes it (under its HOME/temporary directory) for ``podTemplateFile``
+EXECUTOR_POD_TEMPLATE_CONF = "spark.kubernetes.executor.podTemplateFile"
 
 _INVALID = re.compile(r"[^a-z0-9-]+")
 

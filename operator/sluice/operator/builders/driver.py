@@ -7,7 +7,7 @@ import json
 from typing import Any
 
 from sluice.core import election
-from sluice.core.naming import PLAN_FILE, PLAN_MOUNT, STATE_MOUNT
+from sluice.core.naming import EXECUTOR_POD_TEMPLATE_ENV, PLAN_FILE, PLAN_MOUNT, STATE_MOUNT
 from sluice.core.replace import OUTPUT_TOPIC_ENV, PREVIOUS_VERSION_ENV, START_FROM_ENV
 from sluice.operator.builders.context import (
     BLOCK_MANAGER_PORT,
@@ -92,6 +92,40 @@ def master(ctx: QueryContext) -> str:
     return "k8s://https://$(KUBERNETES_SERVICE_HOST):$(KUBERNETES_SERVICE_PORT)"
 
 
+def pod_security_context() -> dict[str, Any]:
+    """The pod-level securityContext of every pod the query runs (the ``restricted`` standard)."""
+    return {
+        "runAsNonRoot": True,
+        "runAsUser": RUN_AS_USER,
+        "runAsGroup": RUN_AS_USER,
+        "fsGroup": RUN_AS_USER,
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
+
+
+#: the container-level part of the ``restricted`` standard
+CONTAINER_SECURITY_CONTEXT: dict[str, Any] = {
+    "runAsNonRoot": True,
+    "allowPrivilegeEscalation": False,
+    "capabilities": {"drop": ["ALL"]},
+    "seccompProfile": {"type": "RuntimeDefault"},
+}
+
+
+def executor_pod_template() -> dict[str, Any]:
+    """What Spark's executor pods start from (``spark.kubernetes.executor.podTemplateFile``):
+    the pods' user and the ``restricted`` securityContext, which Spark has no setting for. The
+    root file system stays writable: Spark's executors write outside their local dirs."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "spec": {
+            "securityContext": pod_security_context(),
+            "containers": [{"name": "executor", "securityContext": dict(CONTAINER_SECURITY_CONTEXT)}],
+        },
+    }
+
+
 def _secret_env(name: str, ref: Any) -> dict[str, Any]:
     return {"name": name, "valueFrom": {"secretKeyRef": {"name": ref.name, "key": ref.key}}}
 
@@ -119,6 +153,9 @@ def driver_env(ctx: QueryContext) -> list[dict[str, Any]]:
         {"name": "SLUICE_POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
         {"name": "SLUICE_LEASE_SECONDS", "value": str(LEASE_SECONDS)},
     ]
+    if ctx.executors > 0:  # executor pods pass the namespace's Pod Security Standard too
+        template = json.dumps(executor_pod_template(), sort_keys=True)
+        env.append({"name": EXECUTOR_POD_TEMPLATE_ENV, "value": template})
     if ctx.previous is not None:  # a replaced version: its first term starts where this one ended
         env.append({"name": PREVIOUS_VERSION_ENV, "value": ctx.previous.to_json()})
     if ctx.output_topic is not None:  # a version on a topic of its own (a backfill's)
@@ -200,13 +237,7 @@ def driver_deployment(ctx: QueryContext, plan_hash: str, config_map: str) -> dic
             "httpGet": {"path": "/readyz", "port": "http"},
             "periodSeconds": 5, "failureThreshold": 3, "timeoutSeconds": 3,
         },
-        "securityContext": {
-            "runAsNonRoot": True,
-            "allowPrivilegeEscalation": False,
-            "readOnlyRootFilesystem": True,
-            "capabilities": {"drop": ["ALL"]},
-            "seccompProfile": {"type": "RuntimeDefault"},
-        },
+        "securityContext": {**CONTAINER_SECURITY_CONTEXT, "readOnlyRootFilesystem": True},
         "volumeMounts": [
             {"name": "plan", "mountPath": PLAN_MOUNT, "readOnly": True},
             {"name": "state", "mountPath": STATE_MOUNT},
@@ -221,13 +252,7 @@ def driver_deployment(ctx: QueryContext, plan_hash: str, config_map: str) -> dic
         "affinity": affinity(ctx),
         "terminationGracePeriodSeconds": termination_grace_seconds(ctx),
         "enableServiceLinks": False,
-        "securityContext": {
-            "runAsNonRoot": True,
-            "runAsUser": RUN_AS_USER,
-            "runAsGroup": RUN_AS_USER,
-            "fsGroup": RUN_AS_USER,
-            "seccompProfile": {"type": "RuntimeDefault"},
-        },
+        "securityContext": pod_security_context(),
         "containers": [container],
         "volumes": [
             {"name": "plan", "configMap": {"name": config_map}},
