@@ -11,7 +11,10 @@ import socket
 import sys
 import threading
 import uuid
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from sluice.operator.handlers.admission import WebhookSettings
 
 
 def register(subparsers: Any) -> None:
@@ -38,6 +41,65 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--kubeconfig", default=None, help="Kubeconfig (default: $KUBECONFIG or in-cluster).")
     parser.add_argument("--log-format", choices=["json", "text"], default="json")
     parser.add_argument("--verbose", "-v", action="store_true")
+    hook = parser.add_argument_group(
+        "admission webhook", "Validate StreamingQuery and QueryCluster objects before they are stored "
+        "(docs/operator.md, 'Admission webhook'); off unless --webhook-port is given.")
+    hook.add_argument("--webhook-port", type=int, default=None, metavar="PORT",
+                      help="Serve the validating webhook (HTTPS) on this port.")
+    hook.add_argument("--webhook-host", default="0.0.0.0", metavar="ADDR",
+                      help="Address the webhook listens on (default 0.0.0.0).")
+    reach = hook.add_mutually_exclusive_group()
+    reach.add_argument("--webhook-url", default=None, metavar="URL",
+                       help="Base URL the API server calls (a handler path is appended); default "
+                       "https://<listen address>:<port>, 0.0.0.0 read as 127.0.0.1.")
+    reach.add_argument("--webhook-service", default=None, metavar="NAMESPACE/NAME[:PORT]",
+                       help="The Service in front of the operator that the API server calls (port 443 "
+                       "by default).")
+    hook.add_argument("--webhook-cert", default=None, metavar="PATH",
+                      help="Server certificate (PEM), e.g. tls.crt of a mounted Secret; absent: self-signed.")
+    hook.add_argument("--webhook-key", default=None, metavar="PATH", help="Its private key (PEM).")
+    hook.add_argument("--webhook-ca", default=None, metavar="PATH",
+                      help="CA bundle the API server trusts (ca.crt); default: the certificate itself.")
+    hook.add_argument("--webhook-failure-policy", choices=["Fail", "Ignore"], default="Fail",
+                      help="What the API server does when the webhook cannot answer (default Fail).")
+    hook.add_argument("--webhook-timeout", type=int, default=10, metavar="SECONDS",
+                      help="How long the API server waits for an answer, 1..30 (default 10).")
+    hook.add_argument("--webhook-configuration", default="sluice-operator", metavar="NAME",
+                      help="Name of the ValidatingWebhookConfiguration the operator keeps.")
+
+
+def webhook_settings(args: argparse.Namespace) -> WebhookSettings | None:
+    """The webhook's settings from the flags (None: no webhook); ValueError names a wrong flag.
+
+    (``getattr``: callers that build the arguments themselves may leave the webhook flags out.)"""
+    port = getattr(args, "webhook_port", None)
+    if not port:
+        return None
+    from sluice.operator.handlers.admission import WebhookSettings
+
+    if not 0 < port < 65536:
+        raise ValueError(f"--webhook-port: {port} is not a port")
+    cert, key = getattr(args, "webhook_cert", None), getattr(args, "webhook_key", None)
+    if bool(cert) != bool(key):
+        raise ValueError("--webhook-cert and --webhook-key go together")
+    timeout = int(getattr(args, "webhook_timeout", 10))
+    if not 1 <= timeout <= 30:
+        raise ValueError(f"--webhook-timeout: {timeout} is not within 1..30 seconds (the API server's limit)")
+    service = None
+    if getattr(args, "webhook_service", None):
+        ref, _, port_text = str(args.webhook_service).partition(":")
+        ns, _, name = ref.partition("/")
+        if not ns or not name or (port_text and not port_text.isdigit()):
+            raise ValueError(f"--webhook-service: {args.webhook_service!r} is not NAMESPACE/NAME[:PORT]")
+        service = (ns, name, int(port_text or 443))
+    url = getattr(args, "webhook_url", None)
+    if url and not str(url).startswith("https://"):
+        raise ValueError(f"--webhook-url: {url!r} must start with https:// (the API server calls HTTPS only)")
+    return WebhookSettings(
+        port=port, listen=getattr(args, "webhook_host", None) or "0.0.0.0", url=url, service=service,
+        certfile=cert, keyfile=key, cafile=getattr(args, "webhook_ca", None),
+        failure_policy=getattr(args, "webhook_failure_policy", None) or "Fail", timeout_seconds=timeout,
+        configuration=getattr(args, "webhook_configuration", None) or "sluice-operator")
 
 
 class JsonFormatter(logging.Formatter):
@@ -63,7 +125,7 @@ def setup_logging(fmt: str, verbose: bool) -> None:
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(logging.DEBUG if verbose else logging.INFO)
-    for noisy in ("kubernetes", "urllib3", "asyncio"):
+    for noisy in ("kubernetes", "urllib3", "asyncio", "aiohttp.access"):  # (one line per admission request)
         logging.getLogger(noisy).setLevel(logging.WARNING)
 
 
@@ -121,8 +183,9 @@ def run_operator(args: argparse.Namespace, stop: threading.Event | None = None,
     from sluice.operator.handlers import _common
     from sluice.operator.kube import Kube
     from sluice.operator.leader import LeaderElector
-    from sluice.operator.main import build_registry
+    from sluice.operator.main import build_registry, register_admission
 
+    webhook = webhook_settings(args)  # a wrong flag fails before anything starts
     stop = stop or threading.Event()
     api = api_client(args.kubeconfig)
     kube = Kube(api)
@@ -167,18 +230,34 @@ def run_operator(args: argparse.Namespace, stop: threading.Event | None = None,
 
     threading.Thread(target=watchdog, daemon=True, name="sluice-stop").start()
     registry = build_registry(login=make_login(args.kubeconfig))
+    server = None
+    if webhook is not None:
+        from sluice.operator.handlers.admission import AdmissionServer
+
+        server = AdmissionServer(webhook, kube, namespaces=list(args.namespace or ()),
+                                 withdraw_on_stop=lambda: not lost.is_set())
+        register_admission(registry, server)
     log.info("operator %s starting (namespaces: %s)", identity, args.namespace or "all")
+
+    async def operate() -> None:
+        try:
+            await kopf.operator(
+                registry=registry,
+                clusterwide=not args.namespace,
+                namespaces=list(args.namespace or ()),
+                standalone=args.peering is None,
+                peering_name=args.peering,
+                identity=identity,  # type: ignore[arg-type]
+                stop_flag=kopf_stop,
+                ready_flag=ready,
+            )
+        finally:
+            # kopf waits for its stop flag in an executor thread: when kopf stops on its own (SIGTERM),
+            # asyncio.run would wait for that thread forever
+            kopf_stop.set()
+
     try:
-        asyncio.run(kopf.operator(
-            registry=registry,
-            clusterwide=not args.namespace,
-            namespaces=list(args.namespace or ()),
-            standalone=args.peering is None,
-            peering_name=args.peering,
-            identity=identity,  # type: ignore[arg-type]
-            stop_flag=kopf_stop,
-            ready_flag=ready,
-        ))
+        asyncio.run(operate())
     finally:
         kopf_stop.set()
         if elector is not None:
@@ -188,4 +267,9 @@ def run_operator(args: argparse.Namespace, stop: threading.Event | None = None,
 
 def run(args: argparse.Namespace) -> int:
     setup_logging(args.log_format, args.verbose)
+    try:
+        webhook_settings(args)
+    except ValueError as exc:
+        print(f"sluice operator: {exc}", file=sys.stderr)
+        return 2
     return run_operator(args)

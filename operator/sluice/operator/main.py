@@ -9,6 +9,7 @@ import kopf
 
 from sluice.core.election import QUERY_LABEL
 from sluice.crd.common import GROUP, VERSION
+from sluice.operator.handlers import admission as webhooks
 from sluice.operator.handlers import cluster, driver_lease, query_delete, query_driver, query_reconcile
 
 SQ = (GROUP, VERSION, "streamingqueries")
@@ -74,3 +75,16 @@ def build_registry(login: Any = None) -> kopf.OperatorRegistry:
     kopf.on.create(*QC, registry=registry, id="cluster-fan-out-create")(cluster.fan_out)
     kopf.on.update(*QC, registry=registry, id="cluster-fan-out-update", field="spec")(cluster.fan_out)
     return registry
+
+
+def register_admission(registry: kopf.OperatorRegistry, server: kopf.WebhookServer) -> None:
+    """The validating admission webhook (``sluice operator --webhook-port``), served by ``server``."""
+
+    @kopf.on.startup(registry=registry)  # type: ignore[misc]
+    def _serve(settings: kopf.OperatorSettings, **_: Any) -> None:
+        settings.admission.server = server
+
+    kopf.on.validate(*SQ, registry=registry, id=webhooks.QUERY_HANDLER,
+                     operations=["CREATE", "UPDATE"])(webhooks.validate_query)
+    kopf.on.validate(*QC, registry=registry, id=webhooks.CLUSTER_HANDLER,
+                     operations=["CREATE", "UPDATE"])(webhooks.validate_cluster)
