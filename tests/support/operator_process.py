@@ -1,0 +1,53 @@
+"""``sluice operator`` as a process of its own (the real command line), for integration tests.
+
+It watches one namespace, holds its Lease there, and writes its log to a file that a failing test
+shows. Extra arguments (the webhook flags, for instance) go on its command line.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+
+class OperatorProcess:
+    def __init__(self, kube: Any, namespace: str, log: Path, *extra: str) -> None:
+        self.log = log
+        sluice = Path(sys.executable).with_name("sluice")
+        cmd = [str(sluice), "operator", "--namespace", namespace, "--lease-namespace", namespace,
+               "--lease-seconds", "6", "--metrics-port", "0", "--kubeconfig", str(kube.kubeconfig),
+               "--log-format", "text", *extra]
+        self.proc = subprocess.Popen(cmd, stdout=log.open("wb"), stderr=subprocess.STDOUT,
+                                     start_new_session=True, env=kube.env())
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def stop(self, sig: int = signal.SIGTERM, timeout: float = 30) -> int:
+        """Signal the process (SIGTERM: a clean stop) and wait for it; SIGKILL after ``timeout``."""
+        if self.alive():
+            try:
+                os.killpg(self.proc.pid, sig)
+            except ProcessLookupError:
+                pass
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait(10)
+        return int(self.proc.returncode)
+
+    def tail(self, lines: int = 60) -> str:
+        text = self.log.read_text(errors="replace").splitlines() if self.log.exists() else []
+        return f"--- {self.log} ---\n" + "\n".join(text[-lines:])
+
+    def check_alive(self) -> None:
+        """Fail loudly, with the log, when the process ended."""
+        if not self.alive():
+            time.sleep(0.2)
+            raise AssertionError(f"the operator exited with {self.proc.returncode}\n{self.tail()}")
