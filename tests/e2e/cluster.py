@@ -2,10 +2,13 @@
 
 ``E2E_CLUSTER`` unset (or ``local``): the tests start the local platform themselves (real Kafka,
 real control plane, the node agent that runs pods as processes) and run the operator as a local
-process. ``E2E_CLUSTER=kind``: the tests use the current ``KUBECONFIG`` (a kind cluster with the
-runtime image loaded and the operator installed from ``charts/sluice``) and a Kafka broker at
-``E2E_KAFKA_BOOTSTRAP`` reachable both from the pods and from the test process (see
-docs/e2e.md).
+process. ``E2E_CLUSTER=node``: the tests start the real node (containerd, kubelet, kube-proxy,
+CoreDNS; root), load the images built from the project's Dockerfiles into it and install the
+operator with ``charts/sluice``: driver pods run the runtime image in namespaces enforcing the
+``restricted`` Pod Security Standard. ``E2E_CLUSTER=kind``: the tests use the current
+``KUBECONFIG`` (a kind cluster with the runtime image loaded and the operator installed from
+``charts/sluice``) and a Kafka broker at ``E2E_KAFKA_BOOTSTRAP`` reachable both from the pods and
+from the test process (see docs/e2e.md).
 """
 
 from __future__ import annotations
@@ -32,6 +35,10 @@ class E2ECluster:
     #: stop and start the operator (fail-over must not need it)
     stop_operator: Callable[[], None] | None = None
     start_operator: Callable[[], None] | None = None
+    #: the real node's runc state root for containerd's CRI namespace (``kind == "node"``)
+    runc_root: str | None = None
+    #: labels of every test namespace (the real node's enforce ``restricted``)
+    namespace_labels: dict[str, str] = field(default_factory=dict)
 
     # -- kubectl ---------------------------------------------------------------------------------
     def kubectl(self, *args: str, stdin: str | None = None, check: bool = True) -> str:
@@ -83,6 +90,8 @@ class E2ECluster:
             node = pod["spec"]["nodeName"]
             subprocess.run(["docker", "exec", node, "pkill", "-9", "-f", "sluice-runtime run"],
                            check=True, capture_output=True, timeout=60)
+        elif self.kind == "node":
+            self.signal_pod(pod, signal.SIGKILL)
         else:
             status = pod["status"]["containerStatuses"][0]
             pid = int(status["containerID"].removeprefix("sluice://"))
@@ -123,6 +132,11 @@ class E2ECluster:
             script = f"kill -{int(sig)} $(crictl inspect --output go-template --template {template} {cid})"
             subprocess.run(["docker", "exec", node, "sh", "-c", script], check=True, capture_output=True,
                            timeout=60)
+        elif self.kind == "node":
+            from tests.support.realnode import signal_container
+
+            assert self.runc_root is not None
+            signal_container(self.runc_root, status["containerID"], sig)
         else:
             os.killpg(int(status["containerID"].removeprefix("sluice://")), sig)
 
@@ -152,5 +166,6 @@ class E2ECluster:
 
     def new_namespace(self) -> str:
         name = f"e2e-{uuid.uuid4().hex[:8]}"
-        self.kubectl("create", "namespace", name)
+        self.apply({"apiVersion": "v1", "kind": "Namespace",
+                    "metadata": {"name": name, "labels": self.namespace_labels}})
         return name

@@ -34,6 +34,9 @@ def cluster(request: pytest.FixtureRequest) -> Iterator[E2ECluster]:
         kind.start_operator = lambda: scale(1)
         yield kind
         return
+    if os.environ.get("E2E_CLUSTER") == "node":
+        yield from _on_the_real_node(request.getfixturevalue("tmp_path_factory").mktemp("e2e-node"))
+        return
     from sluice_dev.platform import nodeagent, operator
 
     kube = request.getfixturevalue("kube")
@@ -60,6 +63,29 @@ def cluster(request: pytest.FixtureRequest) -> Iterator[E2ECluster]:
         cluster = E2ECluster(kubeconfig=kube.kubeconfig, kubectl_bin=kubectl, bootstrap=bootstrap)
         cluster.kubectl("delete", "node", nodeagent.NODE_NAME, "--ignore-not-found", "--wait=false",
                         check=False)
+
+
+def _on_the_real_node(state: Path) -> Iterator[E2ECluster]:
+    """The real node with the project's images loaded and the operator installed by the chart
+    (two replicas, leader election); test namespaces enforce ``restricted``."""
+    from sluice_dev.images import build
+    from sluice_dev.platform import chart, node
+
+    from tests.support.realnode import running_node
+
+    with running_node(state) as real:
+        try:
+            node.load_images(state, build.by_reference(build.build([])))
+            chart.install(real.kubeconfig, real.bin_dir, state / "operator" / "helm.log")
+        except common.PlatformError as exc:
+            pytest.fail(str(exc), pytrace=False)
+        yield E2ECluster(
+            kubeconfig=real.kubeconfig, kubectl_bin=real.bin_dir / "kubectl", bootstrap=real.kafka,
+            kind="node", runc_root=str(Path(real.info["runc_root"]) / "k8s.io"),
+            namespace_labels=dict(chart.RESTRICTED),
+            stop_operator=lambda: chart.scale(real.kubeconfig, real.bin_dir, 0),
+            start_operator=lambda: chart.scale(real.kubeconfig, real.bin_dir, 2),
+        )
 
 
 @pytest.fixture

@@ -8,7 +8,10 @@ path (``PlatformError``); nothing skips.
 
 from __future__ import annotations
 
+import json
 import os
+import signal
+import subprocess
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -64,3 +67,25 @@ def running_node(state_dir: Path) -> Iterator[Node]:
         node.stop(state_dir)
         kube.stop(state_dir)
         kafka.stop(state_dir)
+
+
+def container_pids(runc_root: str, container_id: str, *, init_only: bool) -> list[int]:
+    """Host PIDs of a container on the real node, as its runc knows them (``runc_root``: the
+    node's runc state root for containerd's CRI namespace, ``<info runc_root>/k8s.io``)."""
+    runc = ["runc", f"--root={runc_root}"]
+    if init_only:
+        state = subprocess.run([*runc, "state", container_id], capture_output=True, text=True,
+                               check=True, timeout=30)
+        return [int(json.loads(state.stdout)["pid"])]
+    listed = subprocess.run([*runc, "ps", "--format", "json", container_id], capture_output=True,
+                            text=True, check=True, timeout=30)
+    return [int(pid) for pid in json.loads(listed.stdout or "[]")]
+
+
+def signal_container(runc_root: str, container_id: str, sig: int) -> None:
+    """Send ``sig`` from the host's PID namespace: SIGKILL and SIGTERM to the container's init (the
+    driver's runtime, which ends the container or drains), any other signal (SIGSTOP, SIGCONT) to
+    every process of it (the runtime and its JVM)."""
+    init_only = sig in (signal.SIGKILL, signal.SIGTERM)
+    for pid in container_pids(runc_root, container_id.split("://", 1)[-1], init_only=init_only):
+        os.kill(pid, sig)
