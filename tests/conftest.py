@@ -25,18 +25,22 @@ os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 
 
 E2E_UNIT = "tests/e2e"
+#: the folders whose tests form the e2e work unit: the e2e files and the real node's tests, which
+#: both need the machine's one real node (its bridge and iptables chains), so never at once
+NODE_FOLDERS = ("tests/e2e/", "tests/platform/")
 
 
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
-    """With ``-n``: a test file per work unit, except the e2e files, which form one unit (their
-    cluster fixture is set up once per worker that runs them). No reordering by size: the
-    collection order below decides, and it puts the e2e unit, the longest, first."""
+    """With ``-n``: a test file per work unit, except the e2e files and the real node's tests,
+    which form one unit (the e2e cluster fixture is set up once per worker that runs them, and
+    one real node runs per machine). No reordering by size: the collection order below decides,
+    and it puts the e2e unit, the longest, first."""
     from xdist.scheduler import LoadScopeScheduling
 
     class Scheduling(LoadScopeScheduling):
         def _split_scope(self, nodeid: str) -> str:
             path = nodeid.split("::", 1)[0]
-            return E2E_UNIT if path.startswith(E2E_UNIT + "/") else path
+            return E2E_UNIT if path.startswith(NODE_FOLDERS) else path
 
     config.option.loadscopereorder = False
     return Scheduling(config, log)

@@ -23,7 +23,7 @@ def node_state(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("realnode")
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def real_node(node_state: Path) -> Iterator[Node]:
     """Kafka, control plane and real node (containerd, kubelet, kube-proxy), stopped at the end."""
     with running_node(node_state) as started:
