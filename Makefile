@@ -4,8 +4,9 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
-# the node of `make platform-up`: nodeagent (default) or kubelet (real containerd + kubelet node)
-NODE ?= nodeagent
+# the node of `make platform-up` and `make demo`: kubelet (default: a real containerd + kubelet
+# node, root) or nodeagent (pods as local processes)
+NODE ?= kubelet
 
 .PHONY: install test test-unit test-node test-images lint demo platform-up platform-down deploy crds images bench clean
 
@@ -41,7 +42,7 @@ lint: install
 	$(BIN)/lint-imports
 
 demo: install
-	$(BIN)/python -m sluice_dev.demo
+	$(BIN)/python -m sluice_dev.demo $(NODE)
 
 platform-up: install
 	$(BIN)/sluice-dev platform up --node $(NODE)

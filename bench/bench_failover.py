@@ -38,7 +38,10 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:  # run as a script: the shared helpers live in tests.support
     sys.path.insert(0, str(REPO))
 
+from sluice_dev.platform import chart  # noqa: E402
+
 from tests.support.feed import Feed, lost_and_duplicated  # noqa: E402
+from tests.support.realnode import signal_container  # noqa: E402
 from tests.support.waiting import eventually  # noqa: E402
 
 KINDS = ("kill-standby", "kill-cold", "roll-handoff", "restart-cold")
@@ -48,9 +51,12 @@ class Platform:
     def __init__(self, state_dir: Path) -> None:
         from sluice_dev.platform import orchestrate
 
-        state = orchestrate.up(state_dir, log=lambda m: None)
-        if "operator" not in state or not orchestrate.status(state_dir, log=lambda _m: None):
+        state = orchestrate.up(state_dir, log=lambda m: None, node="kubelet")
+        running = orchestrate.status(state_dir, log=lambda _m: None)
+        if not running or not orchestrate.operator_ready(state_dir):
             state = orchestrate.deploy(state_dir, log=lambda m: None)
+        #: the real node's runc state root (drivers are signalled from the host through it)
+        self.runc_root = str(Path(state["node"]["info"]["runc_root"]) / "k8s.io")
         self.kubeconfig = state["kube"]["env"]["KUBECONFIG"]
         self.kubectl_bin = str(Path(state["kube"]["info"]["bin_dir"]) / "kubectl")
         self.bootstrap = state["kafka"]["env"]["SLUICE_KAFKA_BOOTSTRAP"]
@@ -65,7 +71,7 @@ class Platform:
     def namespace(self, prefix: str, memory: str = "512Mi", heap: str = "768m") -> str:
         """A new namespace with a default QueryCluster on the platform's broker (small drivers)."""
         ns = f"{prefix}-{uuid.uuid4().hex[:6]}"
-        self.kubectl("create", "namespace", ns)
+        self.kubectl("apply", "-f", "-", stdin=json.dumps(chart.namespace_manifest(ns)))
         self.kubectl("apply", "-f", "-", stdin=json.dumps({
             "apiVersion": "sluice.dev/v1alpha1", "kind": "QueryCluster",
             "metadata": {"name": "default", "namespace": ns},
@@ -73,6 +79,10 @@ class Platform:
                      "driver": {"requests": {"cpu": "100m", "memory": memory}},
                      "sparkConf": {"spark.driver.memory": heap}}}))
         return ns
+
+    def signal(self, pod: dict[str, Any], sig: int) -> None:
+        """``sig`` to a driver pod's runtime (SIGKILL, SIGTERM) from the host."""
+        signal_container(self.runc_root, pod["status"]["containerStatuses"][0]["containerID"], sig)
 
     def pods(self, ns: str, query: str) -> list[dict[str, Any]]:
         selector = f"sluice.dev/query={query},app.kubernetes.io/component=driver"
@@ -226,12 +236,11 @@ def main() -> int:
             before = p.lease_gap(ns, name).get("time")
             pod = p.active(ns, name)
             assert pod is not None
-            pid = int(pod["status"]["containerStatuses"][0]["containerID"].removeprefix("sluice://"))
             t0 = time.monotonic()
             if kind.startswith("kill"):
-                os.killpg(pid, signal.SIGKILL)
+                p.signal(pod, signal.SIGKILL)
             elif kind == "restart-cold":
-                os.killpg(pid, signal.SIGTERM)
+                p.signal(pod, signal.SIGTERM)
             else:
                 p.kubectl("patch", "sq", name, "-n", ns, "--type=merge", "-p",
                           json.dumps({"spec": {"restartNonce": f"r{round_}"}}))

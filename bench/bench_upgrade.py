@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import signal
 import sys
 import time
@@ -116,8 +115,7 @@ def main(kinds: tuple[str, ...] = ("upgrade", "restart"), doc: str | None = None
             else:
                 pod = p.active(ns, name)
                 assert pod is not None
-                pid = int(pod["status"]["containerStatuses"][0]["containerID"].removeprefix("sluice://"))
-                os.killpg(pid, signal.SIGTERM)
+                p.signal(pod, signal.SIGTERM)
             gap, runtime_gap = measure_event(p, watchers[name], ns, name, before, t0)
             results[kind].append((gap, runtime_gap.get("gapSeconds")))
             print(f"round {round_ + 1} {kind:8s} output gap {gap:6.2f}s  runtime gap "

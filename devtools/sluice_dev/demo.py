@@ -17,7 +17,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from sluice_dev.platform import common, orchestrate
+from sluice_dev.platform import chart, common, orchestrate
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO / "examples" / "pageviews.yaml"
@@ -106,14 +106,16 @@ def first_rows(bootstrap: str, want: int, timeout: float) -> list[dict[str, Any]
     return rows
 
 
-def main(state_dir: Path = REPO / ".platform") -> int:
+def main(state_dir: Path = REPO / ".platform", node: str = "kubelet") -> int:
     t0 = time.monotonic()
     try:
-        state = orchestrate.up(state_dir)
-        if "operator" not in state or not orchestrate.status(state_dir, log=lambda _m: None):
+        state = orchestrate.up(state_dir, node=node)
+        running = orchestrate.status(state_dir, log=lambda _m: None)
+        if not running or not orchestrate.operator_ready(state_dir):
             state = orchestrate.deploy(state_dir)
         bootstrap = state["kafka"]["env"]["SLUICE_KAFKA_BOOTSTRAP"]
-        kubectl(state, "create", "namespace", NAMESPACE)
+        # the real node's pods pass the restricted Pod Security Standard: the namespace enforces it
+        kubectl(state, "apply", "-f", "-", stdin=json.dumps(chart.namespace_manifest(NAMESPACE)))
         kubectl(state, "apply", "-f", "-", stdin=cluster_manifest(bootstrap))
         kubectl(state, "apply", "-f", str(EXAMPLE))
         events = sample_events(300, datetime.now(UTC))
@@ -126,7 +128,8 @@ def main(state_dir: Path = REPO / ".platform") -> int:
     print(kubectl(state, "get", "sq", "-n", NAMESPACE))
     if not rows:
         print(f"demo failed: no result rows on {RESULT_TOPIC!r} within {FIRST_ROW_TIMEOUT:.0f}s; see "
-              f"`kubectl describe sq -n {NAMESPACE}` and {state_dir}/nodeagent/", file=sys.stderr)
+              f"`kubectl describe sq -n {NAMESPACE}` and `kubectl logs -n {NAMESPACE} -l sluice.dev/query`",
+              file=sys.stderr)
         return 1
     print(f"first result rows from topic {RESULT_TOPIC!r} ({time.monotonic() - t0:.0f}s after start):")
     for row in rows:
@@ -142,4 +145,4 @@ def main(state_dir: Path = REPO / ".platform") -> int:
 
 
 if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())
+    sys.exit(main(node=sys.argv[1] if len(sys.argv) > 1 else "kubelet"))

@@ -192,13 +192,17 @@ def _write_state_env(state_dir: Path, state: dict[str, Any]) -> Path:
 
 
 def deploy(state_dir: Path, log: Callable[[str], None] = print) -> dict[str, Any]:
-    """Install the CRDs and (re)start the operator against a running platform."""
+    """Install the CRDs and (re)start the operator against a running platform: with the real
+    node, the chart's operator pod from the project's image (``deploy_chart``); with the node
+    agent, a local ``sluice operator`` process."""
     from sluice_dev.platform import operator
 
     state_dir = state_dir.resolve()
     state = _load_state(state_dir)
     if "kube" not in state or not _healthy("kube", state["kube"]):
         raise common.PlatformError("operator", "the platform is not running: run `make platform-up` first")
+    if "node" in state:
+        return deploy_chart(state_dir, state, log)
     kubeconfig = Path(state["kube"]["env"]["KUBECONFIG"])
     kubectl = Path(state["kube"]["info"]["bin_dir"]) / "kubectl"
     started = operator.start(state_dir, kubeconfig, kubectl)
@@ -214,6 +218,49 @@ def deploy(state_dir: Path, log: Callable[[str], None] = print) -> dict[str, Any
     log(f"CRDs installed; operator running (log: {started.logs[0]}, metrics: {started.info['metrics']})")
     log(f"environment: source {env_path}")
     return state
+
+
+def deploy_chart(
+    state_dir: Path, state: dict[str, Any], log: Callable[[str], None] = print
+) -> dict[str, Any]:
+    """The operator in-cluster on the real node: build the images from the Dockerfiles (cached by
+    content), load them into the node, ``helm upgrade --install`` the chart (CRDs, ServiceAccount,
+    RBAC, two replicas with leader election) into ``sluice-system``, which enforces the
+    ``restricted`` Pod Security Standard."""
+    from sluice_dev.images import build
+    from sluice_dev.platform import chart, operator
+
+    operator.stop(state_dir)  # a local operator of an earlier `make deploy` would compete
+    log("images: building (cached by content) and loading into the node ...")
+    load_images(state_dir, build.by_reference(build.build([], log=log)))
+    kubeconfig = Path(state["kube"]["env"]["KUBECONFIG"])
+    bin_dir = Path(state["kube"]["info"]["bin_dir"])
+    log_path = state_dir / "operator" / "helm.log"
+    chart.install(kubeconfig, bin_dir, log_path)
+    state["operator"] = {
+        "env": {}, "logs": [str(log_path)], "probe": None,
+        "info": {"chart": str(chart.CHART), "release": chart.RELEASE, "namespace": chart.NAMESPACE},
+    }
+    _save_state(state_dir, state)
+    env_path = _write_state_env(state_dir, state)
+    log(f"chart installed: release {chart.RELEASE} in {chart.NAMESPACE} (the operator's log: "
+        f"kubectl logs -n {chart.NAMESPACE} deployment/{chart.DEPLOYMENT}; helm's: {log_path})")
+    log(f"environment: source {env_path}")
+    return state
+
+
+def operator_ready(state_dir: Path) -> bool:
+    """Does the operator of ``make deploy`` run: the local process, or the chart's Deployment?"""
+    state = _load_state(state_dir.resolve())
+    entry = state.get("operator")
+    if entry is None or "kube" not in state:
+        return False
+    if entry.get("info", {}).get("release"):
+        from sluice_dev.platform import chart
+
+        return chart.available(Path(state["kube"]["env"]["KUBECONFIG"]),
+                               Path(state["kube"]["info"]["bin_dir"]))
+    return _healthy("operator", entry)
 
 
 def load_images(state_dir: Path, archives: dict[str, Path]) -> bool:
