@@ -86,10 +86,12 @@ def test_names_subresources_and_printer_columns() -> None:
     assert version["subresources"] == {"status": {}}
     columns = {c["name"]: c["jsonPath"] for c in version["additionalPrinterColumns"]}
     assert columns == {
-        "Phase": ".status.phase", "Plan": ".status.plan.hash", "Upgrade": ".status.lastUpgrade.decision",
-        "Ready": ".status.ready", "Output": ".status.output.topic", "Active": ".status.drivers.active",
-        "Age": ".metadata.creationTimestamp",
+        "Phase": ".status.phase", "Plan": ".status.plan.shortHash", "Version": ".status.plan.version",
+        "Upgrade": ".status.lastUpgrade.outcome", "Ready": ".status.ready", "Output": ".status.output.topic",
+        "Active": ".status.drivers.active", "Age": ".metadata.creationTimestamp",
     }
+    wide = [c["name"] for c in version["additionalPrinterColumns"] if c.get("priority")]
+    assert wide == ["Active"]  # the driver pod's long name only with -o wide
 
 
 def test_server_side_validation_rules() -> None:

@@ -20,6 +20,8 @@ class SpecModel(BaseModel):
 
 
 class Column(SpecModel):
+    """A column of a source's records."""
+
     name: str = Field(min_length=1, description="Column name as the SQL refers to it.")
     type: str = Field(
         min_length=1,
@@ -49,6 +51,8 @@ class MalformedPolicy(SpecModel):
 
 
 class Source(SpecModel):
+    """A Kafka topic the SQL reads under a name, with the columns of its records."""
+
     name: str = Field(min_length=1, description="The name the SQL uses for this source.")
     topic: str = Field(min_length=1, description="Kafka topic to read.")
     format: Literal["json"] = Field(default="json", description="Record value format.")

@@ -251,6 +251,23 @@ def merge_patch(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
     return patch
 
 
+#: characters of a plan hash shown for it: the Plan column of ``kubectl get sq``, ``status.plan.shortHash``,
+#: the plan ConfigMap's name and its ``sluice.dev/plan-hash`` label
+SHORT_HASH_LENGTH = 12
+
+
+def with_short_hash(status: dict[str, Any]) -> dict[str, Any]:
+    """``status`` with ``plan.shortHash`` derived from ``plan.hash`` (a CRD printer column cannot cut a
+    string); ``status`` itself when it is already right or there is no pinned plan."""
+    plan = status.get("plan")
+    if not isinstance(plan, dict) or not plan.get("hash"):
+        return status
+    short = str(plan["hash"])[:SHORT_HASH_LENGTH]
+    if plan.get("shortHash") == short:
+        return status
+    return {**status, "plan": {**plan, "shortHash": short}}
+
+
 def status_changed(previous: dict[str, Any] | None, new: dict[str, Any]) -> bool:
     """Whether writing ``new`` over ``previous`` would change anything (saves API calls)."""
     previous = previous or {}

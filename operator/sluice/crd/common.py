@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
@@ -82,4 +82,4 @@ class CrdKind:
     singular: ClassVar[str]
     short_names: ClassVar[list[str]]
     categories: ClassVar[list[str]] = ["sluice"]
-    printer_columns: ClassVar[list[dict[str, str]]]
+    printer_columns: ClassVar[list[dict[str, Any]]]

@@ -114,9 +114,13 @@ class QueryClusterSpec(CrdModel):
 
 
 class QueryClusterStatus(StatusModel):
-    observed_generation: int | None = None
-    phase: Literal["Ready", "Degraded"] | None = None
-    conditions: list[Condition] = Field(default_factory=list)
+    observed_generation: int | None = Field(
+        default=None, description="The generation of the spec the operator last reconciled.")
+    phase: Literal["Ready", "Degraded"] | None = Field(
+        default=None, description="Ready, or Degraded (Kafka unreachable or the cluster invalid).")
+    conditions: list[Condition] = Field(
+        default_factory=list, description="Ready and Degraded (reason KafkaReachable, KafkaUnreachable or "
+        "ClusterInvalid).")
     image: str | None = Field(default=None, description="Resolved runtime image.")
 
 
@@ -129,7 +133,7 @@ class QueryCluster(CrdModel, CrdKind):
     plural: ClassVar[str] = "queryclusters"
     singular: ClassVar[str] = "querycluster"
     short_names: ClassVar[list[str]] = ["qc"]
-    printer_columns: ClassVar[list[dict[str, str]]] = [
+    printer_columns: ClassVar[list[dict[str, Any]]] = [
         {"name": "Service", "type": "string", "jsonPath": ".spec.serviceId"},
         {"name": "Kafka", "type": "string", "jsonPath": ".spec.kafka.bootstrapServers"},
         {"name": "Phase", "type": "string", "jsonPath": ".status.phase"},

@@ -80,28 +80,36 @@ class StreamingQuerySpec(QuerySpec):
 
 
 class Condition(StatusModel):
+    """One condition of the object (Kubernetes conventions)."""
+
     type: str = Field(description="Ready, Progressing or Degraded.")
-    status: Literal["True", "False", "Unknown"]
+    status: Literal["True", "False", "Unknown"] = Field(description="True, False or Unknown.")
     reason: str = Field(description="CamelCase reason.")
-    message: str = ""
+    message: str = Field(default="", description="Human-readable details.")
     last_transition_time: str = Field(description="When the status last changed (RFC 3339).")
-    observed_generation: int | None = None
+    observed_generation: int | None = Field(
+        default=None, description="The generation of the spec the condition was set for.")
 
 
 class PreviousVersion(StatusModel):
     """The plan version a replace with hand-off started after (its drivers' SLUICE_PREVIOUS_VERSION)."""
 
-    version: int
-    plan_hash: str
+    version: int = Field(description="Its plan version.")
+    plan_hash: str = Field(description="sha256 of its plan.")
     checkpoint: str = Field(description="Its checkpoint base path.")
-    consumer_group: str
+    consumer_group: str = Field(description="Its Kafka consumer group.")
     transactional_id: str = Field(description="Fenced by the new version's first driver.")
-    sink_topic: str
-    exactly_once: bool
+    sink_topic: str = Field(description="The topic it wrote.")
+    exactly_once: bool = Field(description="Whether it wrote with exactly-once (transactional) delivery.")
 
 
 class PinnedPlan(StatusModel):
+    """The plan the drivers run: the last stable plan, the one a rollback returns to."""
+
     hash: str = Field(description="sha256 of the pinned plan.")
+    short_hash: str | None = Field(
+        default=None, description="The first 12 characters of hash (the Plan column of kubectl get, the "
+        "plan ConfigMap's name and label).")
     version: int = Field(description="Plan version: 1 at creation, +1 on every replace.")
     config_map: str = Field(description="Immutable ConfigMap holding the plan JSON.")
     format_version: int | None = Field(default=None, description="Plan format version.")
@@ -115,14 +123,14 @@ class PinnedPlan(StatusModel):
 class VersionRecord(StatusModel):
     """What one plan version created, kept for clean-up and rollback."""
 
-    version: int
-    plan_hash: str
-    config_map: str
-    checkpoint_path: str
-    consumer_group: str
-    transactional_id: str
-    output_topic: str
-    dead_letter_topics: list[str] = Field(default_factory=list)
+    version: int = Field(description="Plan version number.")
+    plan_hash: str = Field(description="sha256 of the version's current plan (in-place upgrades move it).")
+    config_map: str = Field(description="ConfigMap holding that plan.")
+    checkpoint_path: str = Field(description="Its checkpoint directory on the state volume.")
+    consumer_group: str = Field(description="Its Kafka consumer group.")
+    transactional_id: str = Field(description="Its Kafka transactional id.")
+    output_topic: str = Field(description="The topic it writes.")
+    dead_letter_topics: list[str] = Field(default_factory=list, description="Its dead-letter topics.")
     state: Literal["Running", "Retired", "RolledBack"] = Field(
         description="Running; Retired (a newer version replaced it); RolledBack (a replace to it failed: "
         "what it left is removed at once).")
@@ -131,28 +139,36 @@ class VersionRecord(StatusModel):
 
 
 class CompileErrorStatus(StatusModel):
-    message: str
-    field: str | None = None
-    line: int | None = None
-    column: int | None = None
+    """Why the spec does not compile."""
+
+    message: str = Field(description="The problems, each as 'spec.sql: line L, column C: message' when in "
+                         "the SQL.")
+    field: str | None = Field(default=None,
+                              description="The spec field of the first problem (e.g. spec.sql).")
+    line: int | None = Field(default=None,
+                             description="Line of the first problem within spec.sql (1-based).")
+    column: int | None = Field(default=None, description="Column of the first problem within its line "
+                               "(1-based).")
 
 
 class UpgradeError(StatusModel):
     """The error that failed an upgrade, as the driver on the new plan reported it."""
 
     class_: str = Field(alias="class", description="Exception class (Spark's error class where it has one).")
-    message: str = ""
+    message: str = Field(default="", description="The error message.")
     step: str | None = Field(default=None, description="The plan step the error points at, if known.")
 
 
 class RollbackInfo(StatusModel):
+    """How a rollout returns to the stable plan."""
+
     mode: Literal["handBack", "restore", "discard"] = Field(
         description="handBack: the old plan takes over on the current checkpoint; restore: from the "
         "checkpoint snapshot kept before the switch; discard: a backfill that never took over is "
         "removed (the old plan never stopped)."
     )
-    reason: str = ""
-    started: str
+    reason: str = Field(default="", description="Why this mode.")
+    started: str = Field(description="When the rollback began (RFC 3339).")
     start_epoch: int = Field(description="Lease term count when the rollback began.")
     cancelled: bool = Field(default=False, description="The spec went back to the running plan.")
     restore_epoch: int | None = Field(default=None, description="Checkpoint epoch restored.")
@@ -163,45 +179,55 @@ Outcome = Literal["Pending", "InProgress", "Succeeded", "RolledBack", "Failed", 
 
 
 class UpgradeRecord(StatusModel):
-    from_hash: str | None = None
-    to_hash: str
-    category: str = Field(description="transparent, data-selection, schema-evolution, topology, unsupported.")
+    """One classified edit of the spec and its outcome."""
+
+    from_hash: str | None = Field(default=None,
+                                  description="sha256 of the plan running when the edit was classified.")
+    to_hash: str = Field(description="sha256 of the plan the edit compiles to.")
+    category: str = Field(description="none, transparent, data-selection, schema-evolution, topology, "
+                          "source-modifying or unsupported.")
     decision: str = Field(description="none, in-place, replace or reject.")
-    reasons: list[str] = Field(default_factory=list)
-    changes: list[str] = Field(default_factory=list)
+    reasons: list[str] = Field(default_factory=list,
+                               description="The classifier's reasons, most severe first.")
+    changes: list[str] = Field(default_factory=list, description="Every change found, one sentence each.")
     outcome: Outcome = Field(description="Pending, InProgress, Succeeded, RolledBack, Failed, Rejected or "
                              "Cancelled.")
     time: str = Field(description="When the edit was classified.")
     generation: int | None = Field(default=None, description="The query's generation the edit had.")
-    started_at: str | None = None
-    finished_at: str | None = None
+    started_at: str | None = Field(default=None, description="When carrying the edit out began.")
+    finished_at: str | None = Field(default=None, description="When it reached its final outcome.")
     gap_seconds: float | None = Field(
         default=None, description="Last commit of the old plan to first commit of the new one (runtime)."
     )
     checkpoint: str | None = Field(default=None, description="Checkpoint the new plan ran on.")
     epoch: int | None = Field(default=None, description="Lease term (checkpoint epoch) of the new plan.")
     rollback: str | None = Field(default=None, description="handBack or restore, when rolled back.")
-    message: str | None = None
-    error: UpgradeError | None = None
+    message: str | None = Field(default=None, description="What the upgrade did or costs (a replace: the "
+                                "state it starts without; the gate's last word).")
+    error: UpgradeError | None = Field(default=None, description="The error that failed the upgrade.")
 
 
 class Rollout(StatusModel):
-    id: str | None = None
+    """An upgrade in flight, written before each step is acted on (a write-ahead log)."""
+
+    id: str | None = Field(default=None, description="Id of the rollout (its start time and target hash).")
     from_hash: str | None = Field(default=None, description="The plan running when the rollout began.")
-    target_hash: str
-    target_plan_version: int
-    target_config_map: str | None = None
-    category: str
-    decision: str
+    target_hash: str = Field(description="sha256 of the plan rolled out.")
+    target_plan_version: int = Field(description="Plan version of the target: the running one (in-place) or "
+                                     "the next one (replace).")
+    target_config_map: str | None = Field(default=None, description="ConfigMap holding the target plan.")
+    category: str = Field(description="The edit's category (see lastUpgrade.category); initial at creation.")
+    decision: str = Field(description="none, in-place, replace or reject; create at creation.")
     strategy: str = Field(description="create, in-place, replace or none.")
     step: str = Field(description="Deploying, Backfilling, Applying, Verifying, RollingBack, Failed, "
                       "AwaitingUpgrade or Rejected.")
-    started: str
-    message: str = ""
+    started: str = Field(description="When the rollout began (RFC 3339).")
+    message: str = Field(default="", description="What the rollout does or waits for now.")
     gate_started: str | None = Field(default=None, description="When the health gate started.")
     start_epoch: int | None = Field(default=None, description="Lease term count when the gate started.")
-    rollback: RollbackInfo | None = None
-    error: UpgradeError | None = None
+    rollback: RollbackInfo | None = Field(
+        default=None, description="The rollback under way (a failed gate, or the spec went back).")
+    error: UpgradeError | None = Field(default=None, description="The error that failed the gate.")
     replace_strategy: str | None = Field(default=None, description="handOff or backfill (replace only).")
     previous: PreviousVersion | None = Field(default=None, description="The version a replace starts after.")
     output_topic: str | None = Field(default=None, description="The topic the new version writes (replace).")
@@ -212,11 +238,15 @@ class Rollout(StatusModel):
 
 
 class QueryIdentity(StatusModel):
+    """The ids of the running plan version, derived from serviceId, namespace, name and plan version."""
+
     service_id: str | None = Field(default=None, description="QueryCluster serviceId pinned at creation.")
-    query_id: str
-    consumer_group: str
-    transactional_id: str
-    checkpoint_path: str
+    query_id: str = Field(description="Id of this incarnation of the query (carries the object's uid; "
+                          "SLUICE_QUERY_ID).")
+    consumer_group: str = Field(description="Kafka consumer group of the running version.")
+    transactional_id: str = Field(description="Kafka transactional id of the running version.")
+    checkpoint_path: str = Field(
+        description="Checkpoint directory of the running version on the state volume.")
 
 
 class Failover(StatusModel):
@@ -262,17 +292,24 @@ class OutputStatus(StatusModel):
 
 
 class StreamingQueryStatus(StatusModel):
-    observed_generation: int | None = None
-    phase: Phase | None = None
-    ready: bool | None = None
-    conditions: list[Condition] = Field(default_factory=list)
+    observed_generation: int | None = Field(
+        default=None, description="The generation of the spec the operator last reconciled.")
+    phase: Phase | None = Field(
+        default=None, description="Pending, Starting, Running, Upgrading, UpgradePending, Suspended, "
+        "Degraded or Deleting (derived from the conditions and the rollout).")
+    ready: bool | None = Field(default=None, description="Whether the active driver reports ready.")
+    conditions: list[Condition] = Field(default_factory=list,
+                                        description="Ready, Progressing and Degraded.")
     plan: PinnedPlan | None = Field(default=None, description="The plan the driver runs.")
     rollout: Rollout | None = Field(default=None, description="The rollout in progress, if any.")
-    last_upgrade: UpgradeRecord | None = None
+    last_upgrade: UpgradeRecord | None = Field(
+        default=None,
+        description="The newest classified edit and its outcome (Pending, InProgress or final).")
     history: list[UpgradeRecord] = Field(default_factory=list,
                                          description="The last 10 upgrades, newest first.")
-    last_compile_error: CompileErrorStatus | None = None
-    identity: QueryIdentity | None = None
+    last_compile_error: CompileErrorStatus | None = Field(
+        default=None, description="Why the spec's SQL does not compile (cleared once it does).")
+    identity: QueryIdentity | None = Field(default=None, description="The ids the running plan version uses.")
     cluster: str | None = Field(default=None, description="Name of the QueryCluster in use.")
     drivers: DriversStatus | None = Field(default=None, description="Active and standby driver pods.")
     versions: list[VersionRecord] = Field(
@@ -291,16 +328,19 @@ class StreamingQuery(CrdModel, CrdKind):
     plural: ClassVar[str] = "streamingqueries"
     singular: ClassVar[str] = "streamingquery"
     short_names: ClassVar[list[str]] = ["sq"]
-    printer_columns: ClassVar[list[dict[str, str]]] = [
+    #: ``kubectl get sq`` (about 90 columns with common names); ``-o wide`` adds the active driver pod
+    printer_columns: ClassVar[list[dict[str, Any]]] = [
         {"name": "Phase", "type": "string", "jsonPath": ".status.phase"},
-        {"name": "Plan", "type": "string", "jsonPath": ".status.plan.hash",
-         "description": "Pinned plan hash"},
-        {"name": "Upgrade", "type": "string", "jsonPath": ".status.lastUpgrade.decision",
-         "description": "Last upgrade decision"},
+        {"name": "Plan", "type": "string", "jsonPath": ".status.plan.shortHash",
+         "description": "Pinned plan hash (first 12 characters)"},
+        {"name": "Version", "type": "integer", "jsonPath": ".status.plan.version",
+         "description": "Plan version (+1 on every replace)"},
+        {"name": "Upgrade", "type": "string", "jsonPath": ".status.lastUpgrade.outcome",
+         "description": "Outcome of the last upgrade"},
         {"name": "Ready", "type": "boolean", "jsonPath": ".status.ready"},
         {"name": "Output", "type": "string", "jsonPath": ".status.output.topic",
          "description": "Topic holding the live result"},
-        {"name": "Active", "type": "string", "jsonPath": ".status.drivers.active",
+        {"name": "Active", "type": "string", "jsonPath": ".status.drivers.active", "priority": 1,
          "description": "Driver pod running the query"},
         {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
     ]

@@ -26,6 +26,7 @@ from sluice.core.status import (
     now_rfc3339,
     phase_transition,
     reduce_status,
+    with_short_hash,
 )
 from sluice.crd.querycluster import QueryClusterSpec
 from sluice.crd.streamingquery import StreamingQuerySpec, StreamingQueryStatus
@@ -141,6 +142,7 @@ class QueryRun:
         new.update(updates)
         if facts is not None:
             new.update(reduce_status(self.status, facts, self.env.clock()))
+        new = with_short_hash(new)  # derived, like the phase: every write of a pinned plan carries it
         patch = merge_patch(self.status, {k: v for k, v in new.items() if self.status.get(k) != v})
         if not patch:
             return False
