@@ -54,7 +54,31 @@ def test_plan_config_map_is_immutable_and_named_after_the_hash() -> None:
     assert cm["immutable"] is True
     assert cm["metadata"]["name"] == "totals-plan-abababababab"
     assert cm["metadata"]["annotations"]["sluice.dev/plan-hash"] == H
-    assert cm["data"] == {"plan.json": '{"steps": []}'}
+    assert cm["metadata"]["labels"]["sluice.dev/plan-hash"] == H[:12]
+    assert sorted(cm["data"]) == ["plan.json", "spec.json"]
+    assert cm["data"]["plan.json"] == '{"steps": []}'
+
+
+def test_plan_config_map_keeps_the_query_spec_that_compiled_into_the_plan() -> None:
+    from sluice.core.compiler import compile_query
+    from sluice.core.spec import QuerySpec
+    from sluice.operator.builders.plan import query_spec_json
+
+    ctx = context(spec=query_spec(suspend=True, restartNonce="7", deletionPolicy="Delete",
+                                  upgrade={"allowReplace": False}, clusterRef={"name": "other"}))
+    plan = compile_query(ctx.spec.query())
+    cm = builders.plan_config_map(ctx, plan.hash, plan.to_json())
+    kept = json.loads(cm["data"]["spec.json"])
+    # only the fields the compiler reads: not the upgrade policy, clean-up, suspend, resources, ...
+    assert sorted(kept) == ["shufflePartitions", "sink", "sources", "sql", "trigger"]
+    assert kept["sql"] == ctx.spec.sql and kept["sink"]["key"] == ["customer"]
+    assert kept["sources"][0]["schema"][0] == {"name": "order_id", "type": "string"}
+    assert kept["trigger"] == {"processingTime": "5 seconds"}
+    # it compiles into the very plan the ConfigMap pins, and the same spec gives the same text
+    assert compile_query(QuerySpec.model_validate(kept)).hash == plan.hash
+    assert cm["data"]["spec.json"] == query_spec_json(ctx.spec.query())
+    unset = json.loads(query_spec_json(context(spec=query_spec(trigger={})).spec.query()))
+    assert unset["trigger"] == {}  # optional fields left unset are left out, not written as null
 
 
 def test_state_claim_uses_cluster_storage() -> None:
