@@ -88,6 +88,14 @@ def test_the_namespace_comes_from_the_flag_else_the_context_else_default(tmp_pat
         connect(parser.parse_args(["--kubeconfig", str(tmp_path / "missing"), "history", "x"]))
 
 
+def test_without_the_kubernetes_client_it_says_what_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
+    import sys
+
+    monkeypatch.setitem(sys.modules, "kubernetes", None)
+    with pytest.raises(PluginError, match=r"pip install 'sluice\[operator\]'"):
+        connect(build_parser().parse_args(["history", "x"]))
+
+
 # -- what the operator will do ----------------------------------------------------------------------
 
 

@@ -40,9 +40,15 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from urllib3.exceptions import HTTPError
-
     from sluice.operator.kube import KubeError
+
+    unreachable: tuple[type[BaseException], ...] = (OSError,)  # connection refused, DNS, TLS
+    try:
+        from urllib3.exceptions import HTTPError  # timeouts, retries exhausted
+
+        unreachable += (HTTPError,)
+    except ImportError:  # no kubernetes client installed: connect() says so
+        pass
 
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -58,7 +64,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KubeError as exc:
         print(f"error: the API server refused: {exc}", file=sys.stderr)
         return 1
-    except (OSError, HTTPError) as exc:  # connection refused, DNS, TLS, timeouts (urllib3)
+    except unreachable as exc:
         print(f"error: cannot reach the API server: {exc}", file=sys.stderr)
         return 1
     return result

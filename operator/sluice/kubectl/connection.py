@@ -128,7 +128,10 @@ def connect(args: argparse.Namespace) -> Session:
     """A session from the connection flags in ``args`` (kubectl's rules for the namespace)."""
     import logging
 
-    from kubernetes import client, config
+    try:
+        from kubernetes import client, config
+    except ImportError as exc:
+        raise PluginError("the kubernetes client is not installed: pip install 'sluice[operator]'") from exc
 
     logging.getLogger("urllib3").setLevel(logging.ERROR)  # its retry warnings; the error says it all
     kubeconfig, context = getattr(args, "kubeconfig", None), getattr(args, "context", None)
