@@ -138,16 +138,11 @@ def test_namespaced_mode_runs_the_operator_under_its_rbac(
         probe = deployment["spec"]["template"]["spec"]["containers"][0]["readinessProbe"]["httpGet"]
         test_script = chart.only(objects, "Pod")["spec"]["containers"][0]["command"][2]
 
-        # the ServiceAccount's own token (kubectl create token), and a client certificate for the
-        # same user and groups, which the operator runs with (see the helper: its kopf login
-        # drops a kubeconfig's token)
-        token = chart.service_account_kubeconfig(kube, namespace, sa, tmp_path / "token.kubeconfig")
-        config = chart.service_account_certificate_kubeconfig(kube, namespace, sa, tmp_path / "sa.kubeconfig")
-        seen = chart.whoami(kube, token)
+        # the ServiceAccount's own token (kubectl create token): what the operator pod runs with
+        config = chart.service_account_kubeconfig(kube, namespace, sa, tmp_path / "token.kubeconfig")
+        seen = chart.whoami(kube, config)
         assert seen["username"] == user
-        assert chart.whoami(kube, config)["username"] == user
-        assert {"system:serviceaccounts", f"system:serviceaccounts:{namespace}"} <= set(
-            chart.whoami(kube, config)["groups"])
+        assert {"system:serviceaccounts", f"system:serviceaccounts:{namespace}"} <= set(seen["groups"])
 
         ports = [common.free_port(), common.free_port()]
         operators = [chart.LocalOperator(config, tmp_path / f"op-{n}.log", "--namespace", ns1,
@@ -226,12 +221,12 @@ def test_namespaced_mode_runs_the_operator_under_its_rbac(
 
         # no Secret beyond the watched namespace (ns1: the Kafka credentials a QueryCluster names),
         # asked with the ServiceAccount's own token
-        assert chart.can_i(kube, token, "get", "secrets", "-n", ns1)
-        assert not chart.can_i(kube, token, "list", "secrets", "-A")
-        assert not chart.can_i(kube, token, "get", "secrets", "-n", other)
-        assert not chart.can_i(kube, token, "get", "secrets", "-n", namespace)
-        assert not chart.can_i(kube, token, "create", "pods", "-n", other)
-        assert chart.can_i(kube, token, "list", "namespaces", "-A")  # kopf's observation, read only
+        assert chart.can_i(kube, config, "get", "secrets", "-n", ns1)
+        assert not chart.can_i(kube, config, "list", "secrets", "-A")
+        assert not chart.can_i(kube, config, "get", "secrets", "-n", other)
+        assert not chart.can_i(kube, config, "get", "secrets", "-n", namespace)
+        assert not chart.can_i(kube, config, "create", "pods", "-n", other)
+        assert chart.can_i(kube, config, "list", "namespaces", "-A")  # kopf's observation, read only
         assert driver_rules_missing(kube, user, ns1) == []
 
 def _answer(url: str) -> tuple[int, str] | None:

@@ -103,56 +103,6 @@ def service_account_kubeconfig(kube: Any, namespace: str, name: str, path: Path)
     return _write_kubeconfig(kube, path, namespace, {"token": token})
 
 
-def service_account_certificate_kubeconfig(kube: Any, namespace: str, name: str, path: Path) -> Path:
-    """A kubeconfig whose client certificate names the ServiceAccount ``namespace/name``: user
-    ``system:serviceaccount:<namespace>:<name>`` in groups ``system:serviceaccounts`` and
-    ``system:serviceaccounts:<namespace>``, as its tokens do. RBAC matches ServiceAccount subjects
-    by that user name, so every binding of the ServiceAccount (and nothing else) applies.
-
-    Signed through the API (a CertificateSigningRequest for ``kube-apiserver-client``, approved).
-    The operator's kopf login reads no token from a kubeconfig (``make_login`` looks for
-    ``api_key["authorization"]``; the kubernetes client keeps it under ``BearerToken``), so a token
-    kubeconfig would make kopf anonymous; a client certificate reaches kopf and the operator's
-    own client alike."""
-    import base64
-    import uuid
-
-    from cryptography import x509
-    from cryptography.hazmat.primitives import hashes, serialization
-    from cryptography.hazmat.primitives.asymmetric import ec
-    from cryptography.x509.oid import NameOID
-
-    key = ec.generate_private_key(ec.SECP256R1())
-    subject = x509.Name([
-        x509.NameAttribute(NameOID.ORGANIZATION_NAME, "system:serviceaccounts"),
-        x509.NameAttribute(NameOID.ORGANIZATION_NAME, f"system:serviceaccounts:{namespace}"),
-        x509.NameAttribute(NameOID.COMMON_NAME, f"system:serviceaccount:{namespace}:{name}"),
-    ])
-    csr = x509.CertificateSigningRequestBuilder().subject_name(subject).sign(key, hashes.SHA256())
-    csr_name = f"{name}-{uuid.uuid4().hex[:6]}"
-    request = {
-        "apiVersion": "certificates.k8s.io/v1", "kind": "CertificateSigningRequest",
-        "metadata": {"name": csr_name},
-        "spec": {"request": base64.b64encode(csr.public_bytes(serialization.Encoding.PEM)).decode(),
-                 "signerName": "kubernetes.io/kube-apiserver-client", "usages": ["client auth"],
-                 "expirationSeconds": 3600},
-    }
-    kubectl(kube, "create", "-f", "-", stdin=json.dumps(request))
-    try:
-        kubectl(kube, "certificate", "approve", csr_name)
-        from tests.support.waiting import eventually
-
-        cert = eventually(lambda: kubectl(kube, "get", "csr", csr_name, "-o",
-                                          "jsonpath={.status.certificate}").stdout.strip(),
-                          timeout=30, what=f"the controller-manager signs {csr_name}")
-    finally:
-        kubectl(kube, "delete", "csr", csr_name, check=False)
-    key_pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                                serialization.NoEncryption())
-    return _write_kubeconfig(kube, path, namespace, {
-        "client-certificate-data": cert, "client-key-data": base64.b64encode(key_pem).decode()})
-
-
 def _write_kubeconfig(kube: Any, path: Path, namespace: str, user: dict[str, str]) -> Path:
     admin = yaml.safe_load(Path(kube.kubeconfig).read_text())
     cluster = dict(admin["clusters"][0]["cluster"])

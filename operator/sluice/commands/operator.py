@@ -153,7 +153,9 @@ def make_login(kubeconfig: str | None) -> Any:
             loader_client = config.new_client_from_config(config_file=path)
             c = loader_client.configuration
             token = None
-            auth = c.api_key.get("authorization") if c.api_key else None
+            # the client keeps a kubeconfig's token under "BearerToken" (older ones: "authorization")
+            keys = c.api_key or {}
+            auth = keys.get("BearerToken") or keys.get("authorization")
             if auth:
                 token = auth.removeprefix("Bearer ").strip()
             info = kopf.ConnectionInfo(
