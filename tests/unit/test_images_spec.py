@@ -120,10 +120,11 @@ def test_connector_pom_lists_the_dev_platforms_artifacts() -> None:
 
 def test_chart_starts_the_operator_image_as_its_user() -> None:
     deployment = (REPO / "charts/sluice/templates/deployment.yaml").read_text()
+    helpers = (REPO / "charts/sluice/templates/_helpers.tpl").read_text()  # the pods' securityContext
     values = (REPO / "charts/sluice/values.yaml").read_text()
     assert f"repository: {spec.OPERATOR.name}" in values
     assert 'command: ["sluice", "operator"]' in deployment
-    assert f"runAsUser: {RUN_AS_USER}" in deployment
+    assert f"runAsUser: {RUN_AS_USER}" in helpers
 
 
 def test_build_push_and_import_argv() -> None:

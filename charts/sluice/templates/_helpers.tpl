@@ -77,7 +77,8 @@ namespaces, in a Role per watched namespace otherwise (rbac.yaml). */}}
 # the same)
 - apiGroups: ["coordination.k8s.io"]
   resources: ["leases"]
-  verbs: ["get", "list", "watch", "create", "patch", "update"]
+  # delete: a replace with backfill removes its own Lease with its workload
+  verbs: ["get", "list", "watch", "create", "patch", "update", "delete"]
 {{- end -}}
 
 {{/* Cluster-scoped objects, read only: nothing in them is namespaced, so no Role can grant them.
