@@ -4,9 +4,6 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
-# the node of `make platform-up` and `make demo`: kubelet (default: a real containerd + kubelet
-# node, root) or nodeagent (pods as local processes)
-NODE ?= kubelet
 
 .PHONY: install test test-unit test-node test-images lint demo platform-up platform-down deploy crds images bench clean
 
@@ -42,10 +39,10 @@ lint: install
 	$(BIN)/lint-imports
 
 demo: install
-	$(BIN)/python -m sluice_dev.demo $(NODE)
+	$(BIN)/python -m sluice_dev.demo
 
 platform-up: install
-	$(BIN)/sluice-dev platform up --node $(NODE)
+	$(BIN)/sluice-dev platform up
 
 deploy: install
 	$(BIN)/sluice-dev deploy

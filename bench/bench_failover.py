@@ -51,7 +51,7 @@ class Platform:
     def __init__(self, state_dir: Path) -> None:
         from sluice_dev.platform import orchestrate
 
-        state = orchestrate.up(state_dir, log=lambda m: None, node="kubelet")
+        state = orchestrate.up(state_dir, log=lambda m: None)
         running = orchestrate.status(state_dir, log=lambda _m: None)
         if not running or not orchestrate.operator_ready(state_dir):
             state = orchestrate.deploy(state_dir, log=lambda m: None)

@@ -13,14 +13,12 @@ from sluice_dev.platform import common, orchestrate
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="sluice-dev", description="Sluice developer tooling.")
     sub = parser.add_subparsers(dest="command", required=True)
-    platform = sub.add_parser("platform", help="the local platform: Kafka, Kubernetes, node agent")
+    platform = sub.add_parser(
+        "platform", help="the local platform: Kafka, a Kubernetes control plane and a real node (root)")
     platform.add_argument("action", choices=["up", "down", "status"])
     platform.add_argument("--state-dir", type=Path, default=Path(".platform"))
-    platform.add_argument("--no-nodeagent", action="store_true", help="do not start any node")
-    platform.add_argument(
-        "--node", choices=sorted(orchestrate.NODE_KINDS), default="nodeagent",
-        help="the node: the node agent (default) or a real kubelet with containerd",
-    )
+    platform.add_argument("--no-node", action="store_true",
+                          help="no node (containerd, kubelet): Kafka and the control plane on loopback only")
     deploy = sub.add_parser("deploy", help="install the CRDs and start the operator on the platform")
     deploy.add_argument("--state-dir", type=Path, default=Path(".platform"))
     images = sub.add_parser("images", help="container images from the Dockerfiles (buildah, cached)")
@@ -42,7 +40,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         elif args.command == "deploy":
             orchestrate.deploy(args.state_dir)
         elif args.action == "up":
-            orchestrate.up(args.state_dir, with_nodeagent=not args.no_nodeagent, node=args.node)
+            orchestrate.up(args.state_dir, with_node=not args.no_node)
         elif args.action == "down":
             orchestrate.down(args.state_dir)
         else:

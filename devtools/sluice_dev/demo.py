@@ -106,10 +106,10 @@ def first_rows(bootstrap: str, want: int, timeout: float) -> list[dict[str, Any]
     return rows
 
 
-def main(state_dir: Path = REPO / ".platform", node: str = "kubelet") -> int:
+def main(state_dir: Path = REPO / ".platform") -> int:
     t0 = time.monotonic()
     try:
-        state = orchestrate.up(state_dir, node=node)
+        state = orchestrate.up(state_dir)
         running = orchestrate.status(state_dir, log=lambda _m: None)
         if not running or not orchestrate.operator_ready(state_dir):
             state = orchestrate.deploy(state_dir)
@@ -145,4 +145,4 @@ def main(state_dir: Path = REPO / ".platform", node: str = "kubelet") -> int:
 
 
 if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main(node=sys.argv[1] if len(sys.argv) > 1 else "kubelet"))
+    sys.exit(main())

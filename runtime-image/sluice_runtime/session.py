@@ -36,7 +36,7 @@ def effective_conf(
 def _launch_own_session_gateway(master: str, settings: Mapping[str, str]) -> None:
     """Start Spark's JVM in a session of its own.
 
-    A signal sent to the driver's process group (a node agent's SIGTERM, Ctrl-C) then reaches the
+    A signal sent to the driver's process group (a SIGTERM to the group, Ctrl-C) then reaches the
     Python runtime alone, which drains; the JVM must keep running until the drain is done. It
     still dies with the runtime: PySpark's gateway exits when its stdin pipe from Python breaks.
     """

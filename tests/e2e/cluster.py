@@ -1,11 +1,10 @@
 """What the end-to-end tests need from a cluster, for the local platform and for kind.
 
-``E2E_CLUSTER`` unset (or ``local``): the tests start the local platform themselves (real Kafka,
-real control plane, the node agent that runs pods as processes) and run the operator as a local
-process. ``E2E_CLUSTER=node``: the tests start the real node (containerd, kubelet, kube-proxy,
-CoreDNS; root), load the images built from the project's Dockerfiles into it and install the
-operator with ``charts/sluice``: driver pods run the runtime image in namespaces enforcing the
-``restricted`` Pod Security Standard. ``E2E_CLUSTER=kind``: the tests use the current
+``E2E_CLUSTER`` unset (or ``node``): the tests start the local platform themselves: real Kafka, a
+real control plane and the real node (containerd, kubelet, kube-proxy, CoreDNS; root), load the
+images built from the project's Dockerfiles into it and install the operator with
+``charts/sluice``: driver pods run the runtime image in namespaces enforcing the ``restricted``
+Pod Security Standard. ``E2E_CLUSTER=kind``: the tests use the current
 ``KUBECONFIG`` (a kind cluster with the runtime image loaded and the operator installed from
 ``charts/sluice``) and a Kafka broker at ``E2E_KAFKA_BOOTSTRAP`` reachable both from the pods and
 from the test process (see docs/e2e.md).
@@ -30,7 +29,7 @@ class E2ECluster:
     kubeconfig: Path
     kubectl_bin: Path
     bootstrap: str
-    kind: str = "local"
+    kind: str = "node"
     cleanup: list[Callable[[], None]] = field(default_factory=list)
     #: stop and start the operator (fail-over must not need it)
     stop_operator: Callable[[], None] | None = None
@@ -90,12 +89,8 @@ class E2ECluster:
             node = pod["spec"]["nodeName"]
             subprocess.run(["docker", "exec", node, "pkill", "-9", "-f", "sluice-runtime run"],
                            check=True, capture_output=True, timeout=60)
-        elif self.kind == "node":
-            self.signal_pod(pod, signal.SIGKILL)
         else:
-            status = pod["status"]["containerStatuses"][0]
-            pid = int(status["containerID"].removeprefix("sluice://"))
-            os.killpg(pid, signal.SIGKILL)
+            self.signal_pod(pod, signal.SIGKILL)
         return str(pod["metadata"]["uid"])
 
     def driver_pods(self, namespace: str, query: str) -> list[dict[str, Any]]:
@@ -132,13 +127,11 @@ class E2ECluster:
             script = f"kill -{int(sig)} $(crictl inspect --output go-template --template {template} {cid})"
             subprocess.run(["docker", "exec", node, "sh", "-c", script], check=True, capture_output=True,
                            timeout=60)
-        elif self.kind == "node":
+        else:
             from tests.support.realnode import signal_container
 
             assert self.runc_root is not None
             signal_container(self.runc_root, status["containerID"], sig)
-        else:
-            os.killpg(int(status["containerID"].removeprefix("sluice://")), sig)
 
     def restart_count(self, namespace: str, query: str) -> int:
         pod = self.driver_pod(namespace, query)

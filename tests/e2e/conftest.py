@@ -1,4 +1,4 @@
-"""End-to-end fixtures: the operator and the node agent on the real platform (or kind)."""
+"""End-to-end fixtures: the operator from the chart on the real node (or on kind)."""
 
 from __future__ import annotations
 
@@ -15,10 +15,10 @@ from sluice_dev.platform import common
 def cluster(request: pytest.FixtureRequest) -> Iterator[E2ECluster]:
     """A cluster with the operator running, from the first e2e test to the last one.
 
-    The e2e tests run together (``tests/conftest.py`` sorts them so): the cluster-wide operator and
-    Ready node would otherwise act on what the integration tests create. Leaving the package
-    stops them and deletes the node."""
-    if os.environ.get("E2E_CLUSTER", "local") == "kind":
+    ``E2E_CLUSTER=kind``: the current kubeconfig's kind cluster; otherwise the real node (root).
+    The e2e tests run together (``tests/conftest.py`` sorts them so), the real node's tests in
+    the same xdist work unit: one real node runs per machine. Leaving the package stops it."""
+    if os.environ.get("E2E_CLUSTER", "node") == "kind":
         kind = E2ECluster(
             kubeconfig=Path(os.environ.get("KUBECONFIG", str(Path.home() / ".kube" / "config"))),
             kubectl_bin=Path(os.environ.get("KUBECTL", "kubectl")),
@@ -34,35 +34,7 @@ def cluster(request: pytest.FixtureRequest) -> Iterator[E2ECluster]:
         kind.start_operator = lambda: scale(1)
         yield kind
         return
-    if os.environ.get("E2E_CLUSTER") == "node":
-        yield from _on_the_real_node(request.getfixturevalue("tmp_path_factory").mktemp("e2e-node"))
-        return
-    from sluice_dev.platform import nodeagent, operator
-
-    kube = request.getfixturevalue("kube")
-    bootstrap = request.getfixturevalue("kafka")
-    state: Path = request.getfixturevalue("platform_state")
-    kubectl = kube.bin_dir / "kubectl"
-    try:
-        # the Node goes away with the agent, so later suites never schedule onto a dead node
-        nodeagent.start(state, kube.kubeconfig, extra_args=["--delete-node-on-exit"])
-        operator.start(state, kube.kubeconfig, kubectl)
-    except common.PlatformError as exc:
-        operator.stop(state)
-        nodeagent.stop(state)
-        pytest.fail(str(exc), pytrace=False)
-    try:
-        yield E2ECluster(
-            kubeconfig=kube.kubeconfig, kubectl_bin=kubectl, bootstrap=bootstrap,
-            stop_operator=lambda: operator.stop(state),
-            start_operator=lambda: operator.start(state, kube.kubeconfig, kubectl) and None,
-        )
-    finally:
-        operator.stop(state)
-        nodeagent.stop(state)
-        cluster = E2ECluster(kubeconfig=kube.kubeconfig, kubectl_bin=kubectl, bootstrap=bootstrap)
-        cluster.kubectl("delete", "node", nodeagent.NODE_NAME, "--ignore-not-found", "--wait=false",
-                        check=False)
+    yield from _on_the_real_node(request.getfixturevalue("tmp_path_factory").mktemp("e2e-node"))
 
 
 def _on_the_real_node(state: Path) -> Iterator[E2ECluster]:

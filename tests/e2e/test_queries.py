@@ -1,7 +1,7 @@
 """End to end: manifests applied with kubectl, records through Kafka, results out of Kafka.
 
-The operator compiles and pins the plan, the driver pod runs the runtime (a process under the
-node agent locally, a container under kind), and the test checks the output topic against
+The operator compiles and pins the plan, the driver pod runs the runtime (a container on the
+real node locally, or under kind), and the test checks the output topic against
 results computed here.
 """
 

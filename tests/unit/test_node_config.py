@@ -176,8 +176,8 @@ def test_apiserver_listens_on_and_advertises_the_node_ip_only_for_the_real_node(
     # the bridge's address only, never every interface of the machine
     assert "--advertise-address=10.242.0.1" in args and "--bind-address=10.242.0.1" in args
     assert "--endpoint-reconciler-type=none" not in args
-    assert orchestrate._advertise_address("node") == config.node_ip()
-    assert orchestrate._advertise_address("nodeagent") is None
+    assert orchestrate._advertise_address(True) == config.node_ip()
+    assert orchestrate._advertise_address(False) is None
     # the serving certificate names the address clients then dial
     assert kube_certs.NODE_IP == config.node_ip() and f"IP:{config.node_ip()}" in kube_certs.SERVING_SANS
 
@@ -198,12 +198,12 @@ def test_kafka_gets_a_pod_listener_on_the_node_ip_advertised_as_such(tmp_path: P
     assert pods["controller.quorum.voters"] == "1@127.0.0.1:9093"
 
 
-def test_cli_node_choice_defaults_to_the_node_agent(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_cli_starts_the_real_node_unless_told_not_to(monkeypatch: pytest.MonkeyPatch) -> None:
     calls: list[dict[str, object]] = []
     monkeypatch.setattr(orchestrate, "up", lambda state_dir, **kwargs: calls.append(kwargs))
     assert cli.main(["platform", "up"]) == 0
-    assert cli.main(["platform", "up", "--node", "kubelet"]) == 0
-    assert [c["node"] for c in calls] == ["nodeagent", "kubelet"]
+    assert cli.main(["platform", "up", "--no-node"]) == 0
+    assert [c["with_node"] for c in calls] == [True, False]
 
 
 def test_node_processes_are_its_programs_naming_its_dir() -> None:

@@ -1,10 +1,10 @@
-"""Node agent: local provisioner and node object builders (pure parts)."""
+"""The real node's volume provisioner (pure parts)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from sluice_dev.nodeagent import node, provisioner
+from sluice_dev.platform.node import provisioner
 
 CLASSES = {
     "sluice-local": provisioner.storage_class(),
@@ -63,14 +63,3 @@ def test_pv_is_prebound_directory_with_class_reclaim_policy(tmp_path: Path) -> N
     released["spec"] = dict(pv["spec"], persistentVolumeReclaimPolicy="Delete")
     assert provisioner.should_delete(released)
     assert not provisioner.should_delete(dict(released, status={"phase": "Bound"}))
-
-
-def test_node_object_reports_capacity_ready_and_loopback_address() -> None:
-    obj = node.node_object("n1", {"cpu": "32", "memory": "64Gi", "pods": "110"}, 12345, 0.0)
-    status = obj["status"]
-    assert status["capacity"] == status["allocatable"] == {"cpu": "32", "memory": "64Gi", "pods": "110"}
-    ready = next(c for c in status["conditions"] if c["type"] == "Ready")
-    assert ready["status"] == "True"
-    assert {"type": "InternalIP", "address": "127.0.0.1"} in status["addresses"]
-    assert obj["metadata"]["labels"]["kubernetes.io/hostname"] == "n1"
-    assert status["nodeInfo"]["operatingSystem"] == "linux"

@@ -1,4 +1,4 @@
-"""`platform up` picks the node: the node agent by default, the real node with `--node kubelet`."""
+"""`platform up` starts the real node by default, none with `--no-node`."""
 
 from __future__ import annotations
 
@@ -41,7 +41,7 @@ class FakeComponent:
 @pytest.fixture
 def calls(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, str, Any]]:
     recorded: list[tuple[str, str, Any]] = []
-    fakes = {name: FakeComponent(name, recorded) for name in ("kafka", "kube", "nodeagent", "node")}
+    fakes = {name: FakeComponent(name, recorded) for name in ("kafka", "kube", "node")}
     fakes_any: dict[str, Any] = {**fakes, "sparkjars": SimpleNamespace(provision=lambda log=print: None)}
     monkeypatch.setattr(orchestrate, "_module", lambda name: fakes_any[name])
     monkeypatch.setattr(orchestrate, "_healthy", lambda name, entry, state_dir=None: True)
@@ -52,36 +52,36 @@ def _starts(calls: list[tuple[str, str, Any]]) -> list[tuple[str, Any]]:
     return [(name, arg) for name, action, arg in calls if action == "start"]
 
 
-def test_default_is_the_node_agent_on_a_loopback_control_plane(tmp_path: Path, calls: list[Any]) -> None:
-    state = orchestrate.up(tmp_path, log=lambda _: None)
-    assert _starts(calls) == [("kafka", None), ("kube", None), ("nodeagent", None)]
+def test_no_node_keeps_kafka_and_the_control_plane_on_loopback(tmp_path: Path, calls: list[Any]) -> None:
+    state = orchestrate.up(tmp_path, log=lambda _: None, with_node=False)
+    assert _starts(calls) == [("kafka", None), ("kube", None)]
     assert "node" not in state
+    assert ("node", "network_up", None) not in calls
 
 
-def test_switching_to_the_real_node_restarts_kafka_and_the_control_plane_on_its_bridge(
+def test_the_real_node_starts_kafka_and_the_control_plane_on_its_bridge(
     tmp_path: Path, calls: list[Any]
 ) -> None:
-    orchestrate.up(tmp_path, log=lambda _: None)
+    orchestrate.up(tmp_path, log=lambda _: None, with_node=False)
     calls.clear()
-    state = orchestrate.up(tmp_path, log=lambda _: None, node="kubelet")
-    assert ("nodeagent", "stop", None) in calls
+    state = orchestrate.up(tmp_path, log=lambda _: None)
     # the bridge before anything binds the node IP; Kafka and the API server listen there
-    assert calls[calls.index(("nodeagent", "stop", None)) + 1] == ("node", "network_up", None)
+    assert calls[0] == ("node", "network_up", None)
     assert _starts(calls) == [("kafka", "10.242.0.1"), ("kube", "10.242.0.1"), ("node", None)]
-    assert "nodeagent" not in state and state["kube"]["info"]["advertise_address"] == "10.242.0.1"
+    assert state["kube"]["info"]["advertise_address"] == "10.242.0.1"
     assert state["kafka"]["info"]["pod_address"] == "10.242.0.1"
     # restarting the node under a running Kafka and control plane keeps its bridge
     assert [c for c in calls if c[:2] == ("node", "stop")] == [("node", "stop", True)]
     calls.clear()
-    orchestrate.up(tmp_path, log=lambda _: None, node="kubelet")
+    orchestrate.up(tmp_path, log=lambda _: None)
     assert _starts(calls) == []  # everything healthy and as chosen: idempotent
     calls.clear()
-    orchestrate.up(tmp_path, log=lambda _: None)  # back to the agent: the bridge goes
+    orchestrate.up(tmp_path, log=lambda _: None, with_node=False)  # no node: the bridge goes
     assert ("node", "stop", None) in calls
-    assert _starts(calls) == [("kafka", None), ("kube", None), ("nodeagent", None)]
+    assert _starts(calls) == [("kafka", None), ("kube", None)]
 
 
-def test_down_stops_both_kinds_of_node(
+def test_down_stops_the_node_then_the_control_plane_and_kafka(
     tmp_path: Path, calls: list[Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from sluice_dev.platform import operator
@@ -89,14 +89,14 @@ def test_down_stops_both_kinds_of_node(
     monkeypatch.setattr(operator, "stop", lambda state_dir: None)
     orchestrate.down(tmp_path, log=lambda _: None)
     stopped = [(name, keep) for name, action, keep in calls if action == "stop"]
-    assert stopped == [("node", None), ("nodeagent", None), ("kube", None), ("kafka", None)]
+    assert stopped == [("node", None), ("kube", None), ("kafka", None)]
 
 
 def test_images_load_only_into_a_running_real_node(tmp_path: Path, calls: list[Any]) -> None:
     loaded: list[dict[str, Path]] = []
     orchestrate._module("node").load_images = lambda state_dir, archives: loaded.append(archives)
     archives = {"localhost/sluice-runtime:0.1.0": tmp_path / "runtime.oci.tar"}
-    orchestrate.up(tmp_path, log=lambda _: None)  # the node agent: nothing to load into
+    orchestrate.up(tmp_path, log=lambda _: None, with_node=False)  # no node: nothing to load into
     assert orchestrate.load_images(tmp_path, archives) is False and loaded == []
-    orchestrate.up(tmp_path, log=lambda _: None, node="kubelet")
+    orchestrate.up(tmp_path, log=lambda _: None)
     assert orchestrate.load_images(tmp_path, archives) is True and loaded == [archives]

@@ -2,7 +2,7 @@
 
 This is the envtest recipe plus the controller-manager and the scheduler, so that garbage
 collection, service-account tokens, PVC binding, workload controllers and scheduling are real.
-There is no kubelet: nodes are added by the separate node agent used by the end-to-end tests.
+The kubelet is not part of it: the real node (``sluice_dev.platform.node``) registers against it.
 
 Everything lives under ``<state_dir>/kube/``: ``pki/`` (certificates, reused across restarts),
 ``*.kubeconfig``, ``<process>.pid``, ``<process>.log`` and ``etcd-data/``. The etcd data is wiped

@@ -18,11 +18,9 @@ from typing import Any
 
 from sluice_dev.platform import common
 
-#: Components with processes, in start order (stopped in reverse). Only one of the two nodes
-#: runs: the node agent (the default) or the real node (``--node kubelet``, module ``node``).
-SERVICES = ("kafka", "kube", "nodeagent", "node")
-#: ``--node`` choices -> component (module) name
-NODE_KINDS = {"nodeagent": "nodeagent", "kubelet": "node"}
+#: Components with processes, in start order (stopped in reverse); ``node`` is the real node
+#: (containerd, kubelet, kube-proxy, volumes, CoreDNS), left out with ``--no-node``.
+SERVICES = ("kafka", "kube", "node")
 
 
 def _module(name: str) -> ModuleType:
@@ -84,52 +82,44 @@ def write_env(state_dir: Path, env: dict[str, str], bin_dirs: list[str]) -> Path
     return path
 
 
-def _advertise_address(node: str | None) -> str | None:
-    """Where pods reach the host for ``node``: the real node's IP, on which kube-apiserver
-    listens and which it advertises (so that pods reach it through the ``kubernetes`` Service)
-    and on which Kafka has its pod listener; nothing for the node agent (loopback only)."""
-    return str(_module("node").node_ip()) if node == "node" else None
+def _advertise_address(with_node: bool) -> str | None:
+    """Where pods reach the host: the real node's IP, on which kube-apiserver listens and which
+    it advertises (so that pods reach it through the ``kubernetes`` Service) and on which Kafka
+    has its pod listener; nothing without a node (loopback only)."""
+    return str(_module("node").node_ip()) if with_node else None
 
 
 #: The ``info`` key under which each component records the address it was started for.
 _ADDRESS_KEYS = {"kube": "advertise_address", "kafka": "pod_address"}
 
 
-def _stop_node(name: str, state_dir: Path) -> None:
-    """Stop a node to start it again at once: the real node keeps its bridge (the address
-    Kafka and the API server listen on)."""
-    if name == "node":
-        _module(name).stop(state_dir, keep_network=True)
-    else:
-        _module(name).stop(state_dir)
+def _stop_node(state_dir: Path) -> None:
+    """Stop the node to start it again at once: it keeps its bridge (the address Kafka and the
+    API server listen on)."""
+    _module("node").stop(state_dir, keep_network=True)
 
 
-def up(
-    state_dir: Path, log: Callable[[str], None] = print, with_nodeagent: bool = True,
-    node: str = "nodeagent",
-) -> dict[str, Any]:
+def up(state_dir: Path, log: Callable[[str], None] = print, with_node: bool = True) -> dict[str, Any]:
     """Provision what is missing and start every component that is not already running.
 
-    ``node`` picks the node: ``nodeagent`` (default) or ``kubelet`` (the real node); with
-    ``with_nodeagent=False`` no node starts at all. A node of the other kind is stopped.
+    With ``with_node=False`` no node starts (Kafka and the control plane on loopback only); a
+    running node is then stopped.
     """
     state_dir = state_dir.resolve()
     state_dir.mkdir(parents=True, exist_ok=True)
     state = _load_state(state_dir)
-    chosen = NODE_KINDS[node] if with_nodeagent else None
     t0 = time.monotonic()
     log("provisioning Spark Kafka connector jars ...")
     _module("sparkjars").provision(log=log)
-    for other in set(NODE_KINDS.values()) - {chosen}:
-        if other in state:
-            _module(other).stop(state_dir)
-            del state[other]
-            log(f"{other}: stopped (not the chosen node)")
-    advertise = _advertise_address(chosen)
-    if chosen == "node":  # its bridge first: Kafka and the API server listen on the node IP
+    if not with_node and "node" in state:
+        _module("node").stop(state_dir)
+        del state["node"]
+        log("node: stopped (--no-node)")
+    advertise = _advertise_address(with_node)
+    if with_node:  # its bridge first: Kafka and the API server listen on the node IP
         _module("node").network_up(state_dir)
     for name in SERVICES:
-        if name in NODE_KINDS.values() and name != chosen:
+        if name == "node" and not with_node:
             continue
         try:
             module = _module(name)
@@ -139,29 +129,27 @@ def up(
         entry = state.get(name)
         key = _ADDRESS_KEYS.get(name)
         if entry and key and (entry.get("info", {}).get(key) or None) != advertise:
-            log(f"{name}: restarting for the chosen node's network")
+            log(f"{name}: restarting for the node's network")
         elif entry and _healthy(name, entry, state_dir):
             log(f"{name}: already running ({entry.get('probe')})")
             continue
         if hasattr(module, "provision"):
             log(f"provisioning {name} ...")
             module.provision(log=log)
-        if name in NODE_KINDS.values():  # leftovers of a crashed run
-            _stop_node(name, state_dir)
+        if name == "node":  # leftovers of a crashed run
+            _stop_node(state_dir)
         else:
             module.stop(state_dir)
         t1 = time.monotonic()
-        if name == "nodeagent":
-            started = module.start(state_dir, Path(state["kube"]["env"]["KUBECONFIG"]))
-        elif name == "kafka":
+        if name == "kafka":
             started = module.start(state_dir, pod_address=advertise)
         elif name == "kube":
             started = module.start(state_dir, advertise_address=advertise)
             if advertise is not None:
                 started.info["advertise_address"] = advertise
-            if chosen in state:  # a fresh cluster: the node registers again
-                _stop_node(chosen, state_dir)
-                del state[chosen]
+            if "node" in state:  # a fresh cluster: the node registers again
+                _stop_node(state_dir)
+                del state["node"]
         else:
             started = module.start(state_dir)
         log(f"{name}: started in {time.monotonic() - t1:.1f}s")
@@ -193,8 +181,8 @@ def _write_state_env(state_dir: Path, state: dict[str, Any]) -> Path:
 
 def deploy(state_dir: Path, log: Callable[[str], None] = print) -> dict[str, Any]:
     """Install the CRDs and (re)start the operator against a running platform: with the real
-    node, the chart's operator pod from the project's image (``deploy_chart``); with the node
-    agent, a local ``sluice operator`` process."""
+    node, the chart's operator pod from the project's image (``deploy_chart``); without a node
+    (``--no-node``), a local ``sluice operator`` process."""
     from sluice_dev.platform import operator
 
     state_dir = state_dir.resolve()
@@ -265,8 +253,7 @@ def operator_ready(state_dir: Path) -> bool:
 
 def load_images(state_dir: Path, archives: dict[str, Path]) -> bool:
     """Import image archives (reference -> archive) into the real node of ``state_dir`` if one
-    runs there; False if none does (the node agent needs no images: it runs pods from the
-    project's venv)."""
+    runs there; False if none does."""
     state = _load_state(state_dir.resolve())
     if "node" not in state or not _healthy("node", state["node"], state_dir.resolve()):
         return False

@@ -14,7 +14,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from sluice_dev.nodeagent.kubeapi import Api, ApiError
+from sluice_dev.platform.node.kubeapi import Api, ApiError
 
 log = logging.getLogger(__name__)
 Obj = dict[str, Any]

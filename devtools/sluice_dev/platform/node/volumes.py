@@ -1,7 +1,7 @@
 """Persistent volumes on the real node: the ``sluice-local`` StorageClass and its provisioner.
 
-A node process of its own (``python -m sluice_dev.platform.node.volumes``), the same provisioner
-the node agent embeds (``sluice_dev.nodeagent.provisioner``): a pending claim of the class gets a
+A node process of its own (``python -m sluice_dev.platform.node.volumes``) running
+``sluice_dev.platform.node.provisioner``: a pending claim of the class gets a
 hostPath PV under ``<state>/node/pv/<pv name>``, pre-bound to it; a released one with
 ``reclaimPolicy: Delete`` goes with its directory. The directories are world-writable (0777,
 as the local-path provisioner makes them): the kubelet applies no ``fsGroup`` ownership to a
@@ -17,7 +17,7 @@ import signal
 import threading
 from pathlib import Path
 
-from sluice_dev.nodeagent.provisioner import CLASS_NAME
+from sluice_dev.platform.node.provisioner import CLASS_NAME
 
 #: how the process is recognised among the machine's processes (``teardown.processes``)
 MODULE = "sluice_dev.platform.node.volumes"
@@ -30,8 +30,8 @@ def argv(python: str, *, kubeconfig: Path, root: Path) -> list[str]:
 
 
 def main(args: list[str] | None = None) -> int:
-    from sluice_dev.nodeagent.kubeapi import Api
-    from sluice_dev.nodeagent.provisioner import Provisioner
+    from sluice_dev.platform.node.kubeapi import Api
+    from sluice_dev.platform.node.provisioner import Provisioner
 
     parser = argparse.ArgumentParser(prog=MODULE, description=__doc__.splitlines()[0])
     parser.add_argument("--kubeconfig", type=Path, required=True)
