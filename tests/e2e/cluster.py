@@ -49,6 +49,15 @@ class E2ECluster:
             raise AssertionError(f"kubectl {' '.join(args)} failed: {result.stderr.strip()}")
         return result.stdout
 
+    def apply_result(self, *docs: dict[str, Any], dry_run: bool = False) -> subprocess.CompletedProcess[str]:
+        """``kubectl apply`` without raising: what it printed (warnings and refusals on stderr)."""
+        args = [str(self.kubectl_bin), "apply", "-f", "-", *(["--dry-run=server"] if dry_run else [])]
+        return subprocess.run(
+            args, input=json.dumps({"apiVersion": "v1", "kind": "List", "items": list(docs)}),
+            capture_output=True, text=True, check=False, timeout=120,
+            env={**os.environ, "KUBECONFIG": str(self.kubeconfig)},
+        )
+
     def apply(self, *docs: dict[str, Any]) -> None:
         # JSON, not YAML: kubectl reads YAML 1.1, where a bare `n` or `y` is a boolean
         self.kubectl("apply", "-f", "-", stdin=json.dumps({"apiVersion": "v1", "kind": "List",

@@ -20,6 +20,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from sluice.core.status import PHASES
 from sluice.operator.builders.rbac import EXECUTOR_RULES, LEASE_RULES
 from sluice.operator.kube import Kube
+from sluice.operator.leader import LEADER_LABEL
 from sluice.operator.metrics import OperatorMetrics
 from sluice_dev.platform import common
 from sluice_runtime.metrics import RuntimeMetrics
@@ -303,14 +304,15 @@ def test_rendered_probes_service_and_disruption_budget() -> None:
     deployment = chart.only(objects, "Deployment")
     pod = deployment["spec"]["template"]
     container = pod["spec"]["containers"][0]
-    assert container["ports"] == [{"name": "metrics", "containerPort": 9090, "protocol": "TCP"}]
+    assert container["ports"] == [{"name": "metrics", "containerPort": 9090, "protocol": "TCP"},
+                                  {"name": "webhook", "containerPort": 9443, "protocol": "TCP"}]
     assert "--metrics-port=9090" in container["args"]
     for kind in ("startupProbe", "livenessProbe", "readinessProbe"):
         assert container[kind]["httpGet"] == {"path": "/metrics", "port": "metrics"}, kind
     # a leader renews its Lease every 5 s (15 s term): liveness gives a stuck process a minute
     assert container["livenessProbe"]["periodSeconds"] * container["livenessProbe"]["failureThreshold"] >= 60
 
-    service = chart.only(objects, "Service")
+    service = chart.only(objects, "Service", "rel-operator-metrics")
     assert service["spec"]["type"] == "ClusterIP"
     assert service["spec"]["ports"] == [{"name": "metrics", "port": 9090, "targetPort": "metrics",
                                          "protocol": "TCP"}]
@@ -328,7 +330,7 @@ def test_rendered_probes_service_and_disruption_budget() -> None:
     single = chart.render({"replicaCount": "1"})
     assert "PodDisruptionBudget" not in chart.kinds(single)
     moved = chart.render({"metrics.port": "9300"})
-    assert chart.only(moved, "Service")["spec"]["ports"][0]["port"] == 9300
+    assert chart.only(moved, "Service", "rel-operator-metrics")["spec"]["ports"][0]["port"] == 9300
     assert "--metrics-port=9300" in chart.only(moved, "Deployment")["spec"]["template"]["spec"][
         "containers"][0]["args"]
 
@@ -371,7 +373,7 @@ def test_monitors_only_when_enabled() -> None:
         present = [k for k in MONITORS if k in chart.kinds(objects)]
         assert present == [kind], f"{switch}: {present}"
     objects = chart.render({**ALL_MONITORS, "metrics.serviceMonitor.labels.release": "prom"})
-    service = chart.only(objects, "Service")
+    service = chart.only(objects, "Service", "rel-operator-metrics")
     monitor = chart.only(objects, "ServiceMonitor")
     assert monitor["metadata"]["labels"]["release"] == "prom"
     assert monitor["spec"]["selector"]["matchLabels"].items() <= service["metadata"]["labels"].items()
@@ -462,3 +464,39 @@ def test_alerts_tuning_is_validated() -> None:
                      *chart.set_args({**ALL_MONITORS, "metrics.prometheusRule.lagGrowingFor": "soon"}))
     assert out.returncode != 0 and "lagGrowingFor" in out.stderr, out.stderr
 
+
+
+def test_the_webhook_is_served_by_the_leader_and_may_use_a_mounted_certificate() -> None:
+    objects = chart.render()
+    deployment = chart.only(objects, "Deployment")
+    pod = deployment["spec"]["template"]
+    args = pod["spec"]["containers"][0]["args"]
+    assert "--webhook-port=9443" in args and "--webhook-service=sluice-system/rel-operator-webhook" in args
+    assert "--webhook-failure-policy=Fail" in args and "--webhook-configuration=rel-operator" in args
+    assert not any(a.startswith("--webhook-cert") for a in args)  # self-signed by default
+    service = chart.only(objects, "Service", "rel-operator-webhook")
+    assert service["spec"]["ports"] == [
+        {"name": "https", "port": 443, "targetPort": "webhook", "protocol": "TCP"}]
+    # the leader only: the selector is the pods' plus the label the leading replica sets on itself
+    selector = service["spec"]["selector"]
+    assert selector.pop(LEADER_LABEL) == "true"
+    assert selector.items() <= pod["metadata"]["labels"].items()
+    assert LEADER_LABEL not in pod["metadata"]["labels"]  # never in the template: the leader sets it
+    rules = chart.only(objects, "ClusterRole")["rules"]
+    hooks = [r for r in rules if r["resources"] == ["validatingwebhookconfigurations"]]
+    assert {v for r in hooks for v in r["verbs"]} == {"create", "get", "patch"}
+    assert [r.get("resourceNames") for r in hooks if "patch" in r["verbs"]] == [["rel-operator"]]
+
+    managed = chart.render({"webhook.certManager.enabled": "true"})
+    certificate = chart.only(managed, "Certificate")
+    assert certificate["spec"]["secretName"] == "rel-operator-webhook-tls"
+    assert "rel-operator-webhook.sluice-system.svc" in certificate["spec"]["dnsNames"]
+    spec = chart.only(managed, "Deployment")["spec"]["template"]["spec"]
+    assert "--webhook-cert=/etc/sluice/webhook/tls.crt" in spec["containers"][0]["args"]
+    mounted = {"name": "webhook-certificate", "secret": {"secretName": "rel-operator-webhook-tls"}}
+    assert mounted in spec["volumes"]
+
+    off = chart.render({"webhook.enabled": "false"})
+    assert not any(a.startswith("--webhook") for a in chart.only(off, "Deployment")["spec"]["template"][
+        "spec"]["containers"][0]["args"])
+    assert [o["metadata"]["name"] for o in off if o["kind"] == "Service"] == ["rel-operator-metrics"]

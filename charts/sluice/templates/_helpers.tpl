@@ -25,6 +25,19 @@ app.kubernetes.io/name: sluice
 app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end -}}
 
+{{- define "sluice.webhookServiceName" -}}
+{{- printf "%s-webhook" (include "sluice.fullname" .) | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{/* the Secret holding the webhook's serving certificate, if any (empty: self-signed) */}}
+{{- define "sluice.webhookSecret" -}}
+{{- if .Values.webhook.certificateSecret -}}
+{{- .Values.webhook.certificateSecret -}}
+{{- else if .Values.webhook.certManager.enabled -}}
+{{- printf "%s-tls" (include "sluice.webhookServiceName" .) | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+
 {{- define "sluice.metricsServiceName" -}}
 {{- printf "%s-metrics" (include "sluice.fullname" .) | trunc 63 | trimSuffix "-" -}}
 {{- end -}}
@@ -93,6 +106,16 @@ only: no Secret, no object of any query. */}}
 - apiGroups: [""]
   resources: ["namespaces"]
   verbs: ["get", "list", "watch"]
+{{- if .Values.webhook.enabled }}
+# the admission webhook's configuration, which the leading replica publishes and withdraws
+- apiGroups: ["admissionregistration.k8s.io"]
+  resources: ["validatingwebhookconfigurations"]
+  verbs: ["create"]
+- apiGroups: ["admissionregistration.k8s.io"]
+  resources: ["validatingwebhookconfigurations"]
+  resourceNames: [{{ include "sluice.fullname" . | quote }}]
+  verbs: ["get", "patch"]
+{{- end }}
 {{- end -}}
 
 {{/* restricted Pod Security Standard, for every container of the chart */}}

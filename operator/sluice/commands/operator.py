@@ -184,7 +184,7 @@ def run_operator(args: argparse.Namespace, stop: threading.Event | None = None,
     from sluice.operator.common import Env
     from sluice.operator.handlers import _common
     from sluice.operator.kube import Kube
-    from sluice.operator.leader import LeaderElector
+    from sluice.operator.leader import LeaderElector, mark_pod
     from sluice.operator.main import build_registry, register_admission
 
     webhook = webhook_settings(args)  # a wrong flag fails before anything starts
@@ -213,8 +213,11 @@ def run_operator(args: argparse.Namespace, stop: threading.Event | None = None,
             args.namespace[0] if args.namespace else "default")
         elector = LeaderElector(kube, lease_ns, args.lease_name, identity, lease_seconds=args.lease_seconds,
                                 renew_seconds=max(1.0, args.lease_seconds / 3))
+        pod_ns, pod_name = os.environ.get("POD_NAMESPACE"), os.environ.get("POD_NAME")
+        mark_pod(kube, pod_ns, pod_name, leader=False)
         if not elector.wait_for_leadership(stop):
             return 0
+        mark_pod(kube, pod_ns, pod_name, leader=True)
         lost = threading.Event()
         renewer = threading.Thread(target=elector.keep_renewing, args=(stop, lost), daemon=True,
                                    name="sluice-lease")

@@ -114,3 +114,20 @@ class LeaderElector:
                 log.error("leader election: lost the lease; stopping")
                 lost.set()
                 return
+
+
+#: the label the leading replica puts on its own pod: the chart's webhook Service selects it, since
+#: only the leader runs kopf and so serves the admission webhook
+LEADER_LABEL = "sluice.dev/leader"
+
+
+def mark_pod(kube: Kube, namespace: str | None, pod: str | None, leader: bool) -> None:
+    """Label the operator's own pod as the leader (or take the label off: a restarted container
+    keeps its pod's labels). Nothing outside a pod (no ``POD_NAME``)."""
+    if not namespace or not pod:
+        return
+    try:
+        labels = {LEADER_LABEL: "true" if leader else None}
+        kube.patch("Pod", namespace, pod, {"metadata": {"labels": labels}})
+    except KubeError as exc:
+        log.warning("leader election: cannot label pod %s/%s: %s", namespace, pod, exc)
