@@ -49,17 +49,28 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """End-to-end tests run together, and every SparkSession of the run gets the connector jars.
 
-    The e2e cluster (a cluster-wide operator and a Ready node) lives from the first e2e test to
-    the last one of the package (``tests/e2e/conftest.py``), so nothing else may run in between:
-    they are sorted last in a plain run, and first under xdist, where the worker that takes them
-    (one work unit) starts on them at once and so sets the suite's length as little as possible.
+    The e2e cluster (a cluster-wide operator and the real node) lives from the first e2e test to
+    the end of the session (``tests/e2e`` is no package), so nothing else may run after them on
+    their worker: they are sorted last in a plain run, after the real node's tests, and first
+    under xdist (the real node's tests, then the e2e tests: one work unit), where the worker that
+    takes them starts on them at once and so sets the suite's length as little as possible.
 
     Jars load only when the JVM starts, i.e. with the first SparkSession of the process, whichever
     test module creates it; PYSPARK_SUBMIT_ARGS reaches that first launch.
     """
     distributed = hasattr(config, "workerinput")
-    # stable sorts: the rest keeps its order
-    items.sort(key=lambda i: (i.get_closest_marker("e2e") is not None) != distributed)
+
+    def rank(item: pytest.Item) -> int:
+        """The real node's tests before the e2e tests: their node (a package fixture) is gone when
+        the e2e cluster starts, while the e2e cluster (``tests/e2e`` is no package: its fixture
+        lives until the session ends) would still hold the machine's one real node."""
+        if item.nodeid.startswith(NODE_FOLDERS[1]):
+            return 0 if distributed else 1
+        if item.get_closest_marker("e2e") is not None:
+            return 1 if distributed else 2
+        return 2 if distributed else 0
+
+    items.sort(key=rank)  # stable: the rest keeps its order
     if not any(i.get_closest_marker("integration") or i.get_closest_marker("e2e") for i in items):
         return
     from sluice_dev.platform import sparkjars

@@ -174,13 +174,23 @@ def test_drain_on_sigterm(kafka: str, spark_jars: list[Path], tmp_path: Path) ->
     pinned = Plan.from_json(plan_path.read_bytes())
     plan_hash = pinned.hash or pinned.compute_hash()
     assert code == 200 and body.startswith("ok") and f"plan {plan_hash[:12]}" in body, body  # names its plan
-    code, metrics = rt.get("/metrics")
-    assert code == 200, metrics
     query = query_name(qid)
-    # the sample lines, not just the # HELP lines: output >= 450 records at 150 per batch means
-    # batches 0..2 ran, so batch 1 had committed (and reported its progress) before batch 2 wrote
-    (committed,) = [v for labels, v in _samples(metrics, "sluice_last_committed_batch_id")
+
+    def last_committed() -> tuple[float, str]:
+        code, metrics = rt.get("/metrics")
+        assert code == 200, metrics
+        (value,) = [v for labels, v in _samples(metrics, "sluice_last_committed_batch_id")
                     if labels["query"] == query]
+        return value, metrics
+
+    # the sample lines, not just the # HELP lines: output >= 450 records at 150 per batch means
+    # batches 0..2 ran, so batch 1 had committed before batch 2 wrote; its progress report reaches
+    # the metrics through Spark's asynchronous listener bus, a little later on a loaded machine
+    committed, metrics = last_committed()
+    deadline = time.monotonic() + 60
+    while committed < 1 and time.monotonic() < deadline:
+        time.sleep(1)
+        committed, metrics = last_committed()
     assert committed >= 1 and committed == int(committed), metrics
     lags = {(labels["topic"], labels["partition"]): v
             for labels, v in _samples(metrics, "sluice_kafka_lag_records") if labels["query"] == query}
