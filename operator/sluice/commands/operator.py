@@ -7,6 +7,7 @@ import asyncio
 import json
 import logging
 import os
+import signal
 import socket
 import sys
 import threading
@@ -270,6 +271,19 @@ def run_operator(args: argparse.Namespace, stop: threading.Event | None = None,
     return 1 if lost.is_set() else 0
 
 
+def stop_on_signals() -> threading.Event:
+    """An event set by SIGTERM or SIGINT while no kopf runs (kopf handles them itself once it does).
+
+    A replica waiting for leadership must leave on SIGTERM: as a container's PID 1 it would ignore
+    the signal, win the Lease its leader just released on the same scale-down, start kopf, publish
+    the admission webhook and be killed at the end of the grace period, leaving a webhook nobody
+    serves."""
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    return stop
+
+
 def run(args: argparse.Namespace) -> int:
     setup_logging(args.log_format, args.verbose)
     try:
@@ -277,4 +291,4 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(f"sluice operator: {exc}", file=sys.stderr)
         return 2
-    return run_operator(args)
+    return run_operator(args, stop=stop_on_signals())
