@@ -473,7 +473,8 @@ def test_the_webhook_is_served_by_the_leader_and_may_use_a_mounted_certificate()
     args = pod["spec"]["containers"][0]["args"]
     assert "--webhook-port=9443" in args and "--webhook-service=sluice-system/rel-operator-webhook" in args
     assert "--webhook-failure-policy=Fail" in args and "--webhook-configuration=rel-operator" in args
-    assert not any(a.startswith("--webhook-cert") for a in args)  # self-signed by default
+    assert not any(a.startswith("--webhook-cert") for a in args)
+    assert "--webhook-secret=rel-operator-webhook-certs" in args  # kept by the leader by default
     service = chart.only(objects, "Service", "rel-operator-webhook")
     assert service["spec"]["ports"] == [
         {"name": "https", "port": 443, "targetPort": "webhook", "protocol": "TCP"}]

@@ -38,6 +38,11 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end -}}
 {{- end -}}
 
+{{/* the Secret the operator keeps its self-signed webhook certificate in (no certificate given) */}}
+{{- define "sluice.webhookOwnSecret" -}}
+{{- printf "%s-webhook-certs" (include "sluice.fullname" .) | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
 {{- define "sluice.metricsServiceName" -}}
 {{- printf "%s-metrics" (include "sluice.fullname" .) | trunc 63 | trimSuffix "-" -}}
 {{- end -}}

@@ -58,6 +58,9 @@ def register(subparsers: Any) -> None:
                        "by default).")
     hook.add_argument("--webhook-cert", default=None, metavar="PATH",
                       help="Server certificate (PEM), e.g. tls.crt of a mounted Secret; absent: self-signed.")
+    hook.add_argument("--webhook-secret", default=None, metavar="NAME",
+                      help="Keep a self-signed certificate in this Secret of the operator's namespace, made "
+                      "or renewed by the leader (instead of --webhook-cert/--webhook-key).")
     hook.add_argument("--webhook-key", default=None, metavar="PATH", help="Its private key (PEM).")
     hook.add_argument("--webhook-ca", default=None, metavar="PATH",
                       help="CA bundle the API server trusts (ca.crt); default: the certificate itself.")
@@ -83,6 +86,8 @@ def webhook_settings(args: argparse.Namespace) -> WebhookSettings | None:
     cert, key = getattr(args, "webhook_cert", None), getattr(args, "webhook_key", None)
     if bool(cert) != bool(key):
         raise ValueError("--webhook-cert and --webhook-key go together")
+    if cert and getattr(args, "webhook_secret", None):
+        raise ValueError("--webhook-secret keeps its own certificate: leave out --webhook-cert/--webhook-key")
     timeout = int(getattr(args, "webhook_timeout", 10))
     if not 1 <= timeout <= 30:
         raise ValueError(f"--webhook-timeout: {timeout} is not within 1..30 seconds (the API server's limit)")
@@ -237,6 +242,9 @@ def run_operator(args: argparse.Namespace, stop: threading.Event | None = None,
     threading.Thread(target=watchdog, daemon=True, name="sluice-stop").start()
     registry = build_registry(login=make_login(args.kubeconfig))
     server = None
+    secret = getattr(args, "webhook_secret", None)
+    if webhook is not None and secret:
+        webhook = served_from_secret(kube, webhook, secret, args, stop)
     if webhook is not None:
         from sluice.operator.handlers.admission import AdmissionServer
 
@@ -269,6 +277,26 @@ def run_operator(args: argparse.Namespace, stop: threading.Event | None = None,
         if elector is not None:
             elector.release()
     return 1 if lost.is_set() else 0
+
+
+def served_from_secret(kube: Any, webhook: WebhookSettings, secret: str, args: argparse.Namespace,
+                       stop: threading.Event) -> WebhookSettings:
+    """The webhook served from the certificate the leader keeps in ``secret`` (made or renewed
+    now, then checked twice a day)."""
+    import dataclasses
+    import tempfile
+    from pathlib import Path
+
+    from sluice.operator import webhook_certs
+
+    namespace = os.environ.get("POD_NAMESPACE") or args.lease_namespace or (
+        args.namespace[0] if args.namespace else "default")
+    directory = Path(tempfile.gettempdir()) / "sluice-webhook"
+    names = webhook.hostnames()
+    served = webhook_certs.ensure(kube, namespace, secret, names, directory)
+    webhook_certs.keep_renewed(kube, namespace, secret, names, directory, stop)
+    return dataclasses.replace(webhook, certfile=str(served.certfile), keyfile=str(served.keyfile),
+                               cafile=str(served.cafile))
 
 
 def stop_on_signals() -> threading.Event:
