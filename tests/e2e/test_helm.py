@@ -5,6 +5,7 @@ no container restart, output going on) while the new operator pods reconcile.
 
 from __future__ import annotations
 
+import re
 import subprocess
 import time
 
@@ -51,11 +52,11 @@ def test_helm_test_passes_and_an_operator_upgrade_leaves_the_driver_running(
 
     tested = helm(cluster, "test", RELEASE, "-n", NAMESPACE, "--timeout", "120s")
     assert tested.returncode == 0, tested.stdout + tested.stderr
-    assert "Phase:          Succeeded" in tested.stdout, tested.stdout
+    assert re.search(r"Phase:\s+Succeeded", tested.stdout), tested.stdout
 
     before = operator_pods(cluster)
     upgraded = helm(cluster, "upgrade", RELEASE, str(CHART), "-n", NAMESPACE, "--reuse-values",
-                    "--set", f"podAnnotations.sluice\\.dev/upgraded={int(time.time())}", "--wait",
+                    "--set-string", f"podAnnotations.sluice\\.dev/upgraded={int(time.time())}", "--wait",
                     "--timeout", "300s")
     assert upgraded.returncode == 0, upgraded.stdout + upgraded.stderr
     cluster.wait_for("the old operator pods gone", lambda: not (operator_pods(cluster) & before), 180)

@@ -87,5 +87,12 @@ def signal_container(runc_root: str, container_id: str, sig: int) -> None:
     driver's runtime, which ends the container or drains), any other signal (SIGSTOP, SIGCONT) to
     every process of it (the runtime and its JVM)."""
     init_only = sig in (signal.SIGKILL, signal.SIGTERM)
-    for pid in container_pids(runc_root, container_id.split("://", 1)[-1], init_only=init_only):
-        os.kill(pid, sig)
+    pids = container_pids(runc_root, container_id.split("://", 1)[-1], init_only=init_only)
+    for pid in pids:
+        try:
+            os.kill(pid, sig)
+        except ProcessLookupError:
+            if init_only:
+                raise  # the container's init is gone: there was nothing to signal
+            # a short-lived process of the container (a child the JVM or Python ran) ended
+            # between the listing and the signal: the others still get it
