@@ -40,28 +40,30 @@ class E2ECluster:
     namespace_labels: dict[str, str] = field(default_factory=dict)
 
     # -- kubectl ---------------------------------------------------------------------------------
-    def kubectl(self, *args: str, stdin: str | None = None, check: bool = True) -> str:
-        result = subprocess.run(
+    def kubectl_result(self, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+        """``kubectl ARGS`` without raising: what it printed (warnings and refusals on stderr)."""
+        return subprocess.run(
             [str(self.kubectl_bin), *args], input=stdin, capture_output=True, text=True, check=False,
             env={**os.environ, "KUBECONFIG": str(self.kubeconfig)}, timeout=120,
         )
+
+    def kubectl(self, *args: str, stdin: str | None = None, check: bool = True) -> str:
+        result = self.kubectl_result(*args, stdin=stdin)
         if check and result.returncode != 0:
             raise AssertionError(f"kubectl {' '.join(args)} failed: {result.stderr.strip()}")
         return result.stdout
 
     def apply_result(self, *docs: dict[str, Any], dry_run: bool = False) -> subprocess.CompletedProcess[str]:
-        """``kubectl apply`` without raising: what it printed (warnings and refusals on stderr)."""
-        args = [str(self.kubectl_bin), "apply", "-f", "-", *(["--dry-run=server"] if dry_run else [])]
-        return subprocess.run(
-            args, input=json.dumps({"apiVersion": "v1", "kind": "List", "items": list(docs)}),
-            capture_output=True, text=True, check=False, timeout=120,
-            env={**os.environ, "KUBECONFIG": str(self.kubeconfig)},
-        )
+        """``kubectl apply`` without raising (``kubectl_result``)."""
+        # JSON, not YAML: kubectl reads YAML 1.1, where a bare `n` or `y` is a boolean
+        items = json.dumps({"apiVersion": "v1", "kind": "List", "items": list(docs)})
+        dry = ["--dry-run=server"] if dry_run else []
+        return self.kubectl_result("apply", "-f", "-", *dry, stdin=items)
 
     def apply(self, *docs: dict[str, Any]) -> None:
-        # JSON, not YAML: kubectl reads YAML 1.1, where a bare `n` or `y` is a boolean
-        self.kubectl("apply", "-f", "-", stdin=json.dumps({"apiVersion": "v1", "kind": "List",
-                                                           "items": list(docs)}))
+        result = self.apply_result(*docs)
+        if result.returncode != 0:
+            raise AssertionError(f"kubectl apply -f - failed: {result.stderr.strip()}")
 
     def get(self, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
         out = self.kubectl("get", kind, name, "-n", namespace, "-o", "json", check=False)

@@ -11,18 +11,16 @@ import time
 
 import pytest
 from cluster import E2ECluster
-from sluice_dev.platform.chart import CHART
+from sluice_dev.platform.chart import CHART, NAMESPACE, RELEASE
 from test_queries import READY_TIMEOUT, cluster_doc, consume, create_topics, produce, query_doc, wait_ready
+
+from tests.support import helm as support_helm
 
 pytestmark = pytest.mark.e2e
 
-RELEASE, NAMESPACE = "sluice", "sluice-system"
-
 
 def helm(cluster: E2ECluster, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([str(cluster.kubectl_bin.parent / "helm"), *args], capture_output=True, text=True,
-                          check=False, timeout=400, env={"KUBECONFIG": str(cluster.kubeconfig),
-                                                         "PATH": str(cluster.kubectl_bin.parent)})
+    return support_helm.helm(*args, env={"KUBECONFIG": str(cluster.kubeconfig)}, timeout=400)
 
 
 def operator_pods(cluster: E2ECluster) -> set[str]:

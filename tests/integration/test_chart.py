@@ -27,10 +27,11 @@ from sluice_runtime.metrics import RuntimeMetrics
 
 from tests.support import helm as chart
 from tests.support.namespaces import fresh_namespace
+from tests.support.operator_process import OperatorProcess
 from tests.support.waiting import eventually
 
 REPO = Path(__file__).resolve().parents[2]
-CHART = REPO / "charts" / "sluice"
+CHART = chart.CHART
 DOCS = REPO / "docs" / "chart.md"
 MONITORS = ("ServiceMonitor", "PodMonitor", "PrometheusRule")
 ALL_MONITORS = {"metrics.serviceMonitor.enabled": "true", "metrics.podMonitor.enabled": "true",
@@ -146,7 +147,7 @@ def test_namespaced_mode_runs_the_operator_under_its_rbac(
         assert {"system:serviceaccounts", f"system:serviceaccounts:{namespace}"} <= set(seen["groups"])
 
         ports = [common.free_port(), common.free_port()]
-        operators = [chart.LocalOperator(config, tmp_path / f"op-{n}.log", "--namespace", ns1,
+        operators = [OperatorProcess.with_kubeconfig(config, tmp_path / f"op-{n}.log", "--namespace", ns1,
                                          "--metrics-port", str(port), "--lease-namespace", namespace,
                                          "--identity", f"op-{n}")
                      for n, port in zip("ab", ports, strict=True)]

@@ -1,15 +1,12 @@
-"""The Helm chart in tests: ``helm template`` / ``lint`` / ``install`` with the platform's helm, a
-kubeconfig that authenticates as a ServiceAccount, and ``sluice operator`` as a local process under
-such a kubeconfig.
+"""The Helm chart in tests: ``helm template`` / ``lint`` / ``install`` with the platform's helm, and
+a kubeconfig that authenticates as a ServiceAccount (``sluice operator`` runs under it as a local
+process: ``tests.support.operator_process.OperatorProcess.with_kubeconfig``).
 """
 
 from __future__ import annotations
 
 import json
-import os
-import signal
 import subprocess
-import sys
 import urllib.request
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -17,9 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-
-REPO = Path(__file__).resolve().parents[2]
-CHART = REPO / "charts" / "sluice"
+from sluice_dev.platform.chart import CHART
 
 
 def helm_binary() -> Path:
@@ -29,10 +24,11 @@ def helm_binary() -> Path:
     return kube_component.provision() / "helm"
 
 
-def helm(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+def helm(*args: str, env: dict[str, str] | None = None, timeout: float = 120
+         ) -> subprocess.CompletedProcess[str]:
     """``helm ARGS`` (never raises on a non-zero exit: the caller looks at the result)."""
     return subprocess.run([str(helm_binary()), *args], capture_output=True, text=True, env=env,
-                          check=False, timeout=120)
+                          check=False, timeout=timeout)
 
 
 def set_args(values: dict[str, str]) -> list[str]:
@@ -118,39 +114,6 @@ def _write_kubeconfig(kube: Any, path: Path, namespace: str, user: dict[str, str
     path.write_text(yaml.safe_dump(config))
     path.chmod(0o600)
     return path
-
-
-class LocalOperator:
-    """``python -m sluice.cli operator`` with a kubeconfig of its own; its log in a file."""
-
-    def __init__(self, kubeconfig: Path, log: Path, *args: str) -> None:
-        self.log = log
-        cmd = [sys.executable, "-m", "sluice.cli", "operator", "--kubeconfig", str(kubeconfig),
-               "--log-format", "text", *args]
-        env = {k: v for k, v in os.environ.items() if k not in ("KUBECONFIG", "POD_NAMESPACE")}
-        self.proc = subprocess.Popen(cmd, stdout=log.open("wb"), stderr=subprocess.STDOUT,
-                                     start_new_session=True, env={**env, "PYTHONUNBUFFERED": "1"})
-
-    def text(self) -> str:
-        return self.log.read_text(errors="replace") if self.log.exists() else ""
-
-    def tail(self, lines: int = 80) -> str:
-        return f"--- {self.log} ---\n" + "\n".join(self.text().splitlines()[-lines:])
-
-    def check_alive(self) -> None:
-        if self.proc.poll() is not None:
-            raise AssertionError(f"the operator exited with {self.proc.returncode}\n{self.tail()}")
-
-    def stop(self, timeout: float = 30) -> None:
-        if self.proc.poll() is None:
-            try:
-                os.killpg(self.proc.pid, signal.SIGTERM)
-                self.proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait(10)
-            except ProcessLookupError:
-                pass
 
 
 def http_get(url: str, timeout: float = 3) -> tuple[int, str]:

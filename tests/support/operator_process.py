@@ -17,13 +17,27 @@ from typing import Any
 
 class OperatorProcess:
     def __init__(self, kube: Any, namespace: str, log: Path, *extra: str) -> None:
+        self._spawn(log, ["--namespace", namespace, "--lease-namespace", namespace, "--lease-seconds", "6",
+                          "--metrics-port", "0", "--kubeconfig", str(kube.kubeconfig), *extra], kube.env())
+
+    @classmethod
+    def with_kubeconfig(cls, kubeconfig: Path, log: Path, *args: str) -> OperatorProcess:
+        """The operator with ``kubeconfig``'s credentials (a ServiceAccount's, say) and exactly
+        ``args`` besides; the test process's KUBECONFIG and POD_NAMESPACE do not reach it."""
+        process = cls.__new__(cls)
+        env = {k: v for k, v in os.environ.items() if k not in ("KUBECONFIG", "POD_NAMESPACE")}
+        process._spawn(log, ["--kubeconfig", str(kubeconfig), *args], env)
+        return process
+
+    def _spawn(self, log: Path, args: list[str], env: dict[str, str]) -> None:
         self.log = log
         sluice = Path(sys.executable).with_name("sluice")
-        cmd = [str(sluice), "operator", "--namespace", namespace, "--lease-namespace", namespace,
-               "--lease-seconds", "6", "--metrics-port", "0", "--kubeconfig", str(kube.kubeconfig),
-               "--log-format", "text", *extra]
+        cmd = [str(sluice), "operator", "--log-format", "text", *args]
         self.proc = subprocess.Popen(cmd, stdout=log.open("wb"), stderr=subprocess.STDOUT,
-                                     start_new_session=True, env=kube.env())
+                                     start_new_session=True, env={**env, "PYTHONUNBUFFERED": "1"})
+
+    def text(self) -> str:
+        return self.log.read_text(errors="replace") if self.log.exists() else ""
 
     def alive(self) -> bool:
         return self.proc.poll() is None
@@ -43,8 +57,7 @@ class OperatorProcess:
         return int(self.proc.returncode)
 
     def tail(self, lines: int = 60) -> str:
-        text = self.log.read_text(errors="replace").splitlines() if self.log.exists() else []
-        return f"--- {self.log} ---\n" + "\n".join(text[-lines:])
+        return f"--- {self.log} ---\n" + "\n".join(self.text().splitlines()[-lines:])
 
     def check_alive(self) -> None:
         """Fail loudly, with the log, when the process ended."""

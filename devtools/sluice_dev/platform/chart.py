@@ -30,6 +30,11 @@ RESTRICTED = {
 }
 
 
+def _env(kubeconfig: Path, bin_dir: Path) -> dict[str, str]:
+    """kubectl and helm of ``bin_dir`` against ``kubeconfig``."""
+    return {"KUBECONFIG": str(kubeconfig), "PATH": str(bin_dir)}
+
+
 def namespace_manifest(name: str, labels: Mapping[str, str] = RESTRICTED) -> dict[str, object]:
     """A namespace enforcing the ``restricted`` Pod Security Standard."""
     return {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name, "labels": dict(labels)}}
@@ -54,8 +59,7 @@ def install(
     """Install (or upgrade) the chart into ``namespace`` (created enforcing ``restricted``) and wait
     until the operator's Deployment is available; PlatformError naming the log otherwise (with the
     operator pods' state and last log lines appended to the log)."""
-    env = {"KUBECONFIG": str(kubeconfig), "PATH": str(bin_dir)}
-    kubectl = str(bin_dir / "kubectl")
+    env, kubectl = _env(kubeconfig, bin_dir), str(bin_dir / "kubectl")
     log_path.parent.mkdir(parents=True, exist_ok=True)
     applied = subprocess.run(
         [kubectl, "apply", "-f", "-"], input=json.dumps(namespace_manifest(namespace)),
@@ -79,8 +83,7 @@ def install(
 
 def scale(kubeconfig: Path, bin_dir: Path, replicas: int, *, namespace: str = NAMESPACE) -> None:
     """Scale the operator's Deployment (0 stops it; pods of the old replica set are gone on return)."""
-    env = {"KUBECONFIG": str(kubeconfig), "PATH": str(bin_dir)}
-    kubectl = str(bin_dir / "kubectl")
+    env, kubectl = _env(kubeconfig, bin_dir), str(bin_dir / "kubectl")
     subprocess.run([kubectl, "scale", "deployment", DEPLOYMENT, "-n", namespace, f"--replicas={replicas}"],
                    capture_output=True, text=True, env=env, check=True, timeout=60)
     if replicas == 0:
@@ -96,7 +99,7 @@ def available(kubeconfig: Path, bin_dir: Path, *, namespace: str = NAMESPACE) ->
     """Is the chart's operator Deployment there with an available replica?"""
     out = subprocess.run(
         [str(bin_dir / "kubectl"), "get", "deployment", DEPLOYMENT, "-n", namespace, "-o", "json"],
-        capture_output=True, text=True, env={"KUBECONFIG": str(kubeconfig)}, check=False, timeout=60,
+        capture_output=True, text=True, env=_env(kubeconfig, bin_dir), check=False, timeout=60,
     )
     if out.returncode != 0:
         return False
