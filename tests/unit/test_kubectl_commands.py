@@ -11,9 +11,9 @@ import pytest
 import yaml
 from operator_fixtures import SQL, context, query_spec
 from sluice.core.compiler import compile_query
+from sluice.core.rollback import apply_merge_patch
 from sluice.kubectl import cli, connection
 from sluice.kubectl.connection import Session
-from sluice.kubectl.rollback import apply_merge_patch
 from sluice.operator import builders
 
 Out = pytest.CaptureFixture[str]

@@ -1,21 +1,16 @@
-"""The kubectl plugin's pure parts: arguments, what the operator will do, history, the rollback patch."""
+"""The kubectl plugin's pure parts: arguments, what the operator will do, history."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
-from operator_fixtures import SQL, context, query_spec
-from sluice.core.compiler import compile_query
-from sluice.core.spec import QuerySpec
-from sluice.crd.streamingquery import StreamingQuerySpec
-from sluice.kubectl import expect, history, rollback
+from operator_fixtures import SQL, query_spec
+from sluice.kubectl import expect, history
 from sluice.kubectl.cli import build_parser
 from sluice.kubectl.connection import PluginError, connect, query_name
-from sluice.operator import builders
 
 SQL_WHERE = SQL.replace("FROM orders", "FROM orders WHERE amount > 10")
 A, B, C = "a" * 64, "b" * 64, "c" * 64
@@ -176,84 +171,3 @@ def test_history_cuts_messages_to_the_terminal_and_says_when_empty() -> None:
     assert "in flight: Verifying bbbbbbbbbbbb → cccccccccccc (schema-evolution, in-place): waiting" in text
     assert text.endswith("no upgrades recorded yet")
     assert "no plan pinned yet" in history.render("totals", "shop", {})
-
-
-# -- rollback ---------------------------------------------------------------------------------------
-
-
-def test_the_plan_to_return_to() -> None:
-    status = {"plan": {"hash": B}, "history": [record(A, B), record(C, A)]}
-    assert rollback.choose_target(status, None)[0] == A
-    assert rollback.choose_target(status, "cccc")[0] == C
-    assert rollback.choose_target(status, "d" * 12)[0] == "d" * 12  # looked up by its ConfigMap anyway
-    # an upgrade in flight or waiting: back to the plan that ran when it began (the edit back cancels it)
-    flight = {**status, "rollout": {"step": "Verifying", "fromHash": B, "targetHash": C}}
-    target, why = rollback.choose_target(flight, None)
-    assert target == B and "Verifying" in why
-    with pytest.raises(PluginError, match="no upgrade history"):
-        rollback.choose_target({"plan": {"hash": B}}, None)
-    with pytest.raises(PluginError, match="expected a plan hash"):
-        rollback.choose_target(status, "not-a-hash")
-    with pytest.raises(PluginError, match="no plan of the query's status"):
-        rollback.choose_target(status, "dddd")
-    with pytest.raises(PluginError, match="several plans"):
-        rollback.choose_target({"history": [record("abcd1" + "1" * 59, "abcd2" + "2" * 59)]}, "abcd")
-
-
-def kept_of(spec: dict[str, Any]) -> dict[str, Any]:
-    """What the operator keeps in a plan ConfigMap for ``spec`` (through the real builder)."""
-    ctx = context(spec=spec)
-    plan = compile_query(ctx.spec.query())
-    return rollback.kept_spec(builders.plan_config_map(ctx, plan.hash, plan.to_json()))
-
-
-def test_the_rollback_patch_sets_the_query_fields_back_and_nothing_else() -> None:
-    old = query_spec()
-    kept = kept_of(old)
-    assert sorted(kept) == sorted(rollback.query_fields()) == sorted(
-        ["sources", "sql", "sink", "trigger", "shufflePartitions"])
-    edited = query_spec(sql=SQL_WHERE, trigger={}, sink={"topic": "totals", "key": ["customer"],
-                        "outputMode": "update", "partitions": 6}, suspend=True,
-                        upgrade={"allowReplace": False}, resources={"executors": 2})
-    patch = rollback.spec_patch(edited, kept)
-    assert patch["sql"] == SQL
-    assert patch["trigger"] == {"processingTime": "5 seconds"}
-    assert patch["sink"] == {"partitions": None}
-    assert not {"suspend", "upgrade", "resources", "cleanup"} & set(patch)
-    back = rollback.apply_merge_patch(edited, patch)
-    assert back["suspend"] is True and back["upgrade"] == {"allowReplace": False}  # untouched
-    assert "partitions" not in back["sink"]
-    # what the patched spec compiles to is the old plan
-    assert compile_query(StreamingQuerySpec.model_validate(back).query()).hash == compile_query(
-        QuerySpec.model_validate(old)).hash
-    assert rollback.spec_patch(back, kept) == {}  # nothing left to patch
-
-
-def test_defaults_written_out_on_one_side_only_are_no_difference() -> None:
-    kept = kept_of(query_spec())  # the model's dump: every default written out
-    assert rollback.spec_patch(query_spec(), kept) == {}
-    assert rollback.spec_patch(query_spec(shufflePartitions=8), kept) == {}
-    assert rollback.spec_patch(query_spec(shufflePartitions=4), kept) == {"shufflePartitions": 8}
-
-
-def test_a_field_the_old_spec_did_not_have_is_removed() -> None:
-    kept = {"sources": [], "sql": "x", "sink": {"topic": "t"}}
-    patch = rollback.spec_patch({"sql": "y", "sink": {"topic": "t"}, "shufflePartitions": 4, "suspend": True},
-                                kept)  # (a kept spec the model refuses: compared as written)
-    assert patch == {"sql": "x", "sources": [], "shufflePartitions": None}
-    sources = query_spec()["sources"]
-    kept = {"sources": sources, "sql": "x", "sink": {"topic": "t"}}
-    patch = rollback.spec_patch({"sources": sources, "sql": "x", "sink": {"topic": "t", "key": ["k"]},
-                                 "trigger": {"processingTime": "1 second"}}, kept)
-    assert patch == {"sink": {"key": None}, "trigger": None}
-
-
-def test_a_config_map_without_a_usable_spec_is_refused_naming_it() -> None:
-    cm = {"metadata": {"name": "totals-plan-aaaaaaaaaaaa"}, "data": {"plan.json": "{}"}}
-    with pytest.raises(PluginError, match=r"totals-plan-aaaaaaaaaaaa has no spec\.json: .*operator version"):
-        rollback.kept_spec(cm)
-    with pytest.raises(PluginError, match="not JSON"):
-        rollback.kept_spec({**cm, "data": {"spec.json": "{"}})
-    bad = json.dumps({"sources": [], "sql": "SELECT 1", "sink": {"topic": "t"}})
-    with pytest.raises(PluginError, match=r"spec.sources: List should have at least 1 item"):
-        rollback.kept_spec({**cm, "data": {"spec.json": bad}})

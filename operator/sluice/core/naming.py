@@ -27,6 +27,8 @@ LABEL_MAX = 63
 STATE_MOUNT = "/var/lib/sluice/state"
 PLAN_MOUNT = "/etc/sluice/plan"
 PLAN_FILE = "plan.json"
+#: the plan ConfigMap's key of the query spec that compiled into the plan (what a rollback restores)
+SPEC_FILE = "spec.json"
 #: the executor pod template (JSON) a driver with executors hands to Spark's Kubernetes scheduler
 EXECUTOR_POD_TEMPLATE_ENV = "SLUICE_EXECUTOR_POD_TEMPLATE"
 #: where the runtime writes it (under its HOME/temporary directory) for ``podTemplateFile``

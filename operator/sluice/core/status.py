@@ -76,6 +76,8 @@ class EventReason(StrEnum):
     GROUPS_DELETED = "ConsumerGroupsDeleted"
     PLAN_CONFIG_MAP_DELETED = "PlanConfigMapDeleted"
     VERSION_CLEANED_UP = "VersionCleanedUp"
+    ROLLBACK_REQUESTED = "RollbackRequested"
+    ROLLBACK_REFUSED = "RollbackRefused"
 
 
 PHASES = (

@@ -13,7 +13,6 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
-from sluice.core.status import SHORT_HASH_LENGTH
 from sluice.operator.kube import Kube, KubeError
 
 #: the ways ``kubectl`` lets one name a StreamingQuery, lower case
@@ -88,20 +87,13 @@ class Session:
     def plan_config_map(self, query: str, plan_hash: str) -> dict[str, Any] | None:
         """The ConfigMap of plan ``plan_hash`` (12 characters or more) of query ``query``: by its
         name, else by its labels (a ConfigMap named otherwise by an earlier operator)."""
-        from sluice.core.naming import QueryNames
-        from sluice.operator.builders.plan import PLAN_HASH_KEY
+        from sluice.core.rollback import RollbackError
+        from sluice.operator.rollback import find_plan_config_map
 
-        names = QueryNames.for_query(query)
-        found = self.config_map(names.plan_config_map(plan_hash))
-        if found is None:
-            selector = f"sluice.dev/query={names.base},{PLAN_HASH_KEY}={plan_hash[:SHORT_HASH_LENGTH]}"
-            items = self.kube.list("ConfigMap", self.namespace, selector)
-            found = items[0] if items else None
-        if found is not None:
-            full = (found["metadata"].get("annotations") or {}).get(PLAN_HASH_KEY)
-            if full and not str(full).startswith(plan_hash):
-                raise PluginError(f"ConfigMap {found['metadata']['name']} holds plan {full}, not {plan_hash}")
-        return found
+        try:
+            return find_plan_config_map(self.kube, self.namespace, query, plan_hash)
+        except RollbackError as exc:
+            raise PluginError(str(exc)) from exc
 
     # -- writes ------------------------------------------------------------------------------------
     def patch_query(self, name: str, patch: dict[str, Any]) -> dict[str, Any]:

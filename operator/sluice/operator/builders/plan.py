@@ -11,13 +11,11 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from sluice.core.naming import PLAN_FILE
+from sluice.core.naming import PLAN_FILE, SPEC_FILE
 from sluice.core.spec import QuerySpec
 from sluice.core.status import SHORT_HASH_LENGTH
 from sluice.operator.builders.context import QueryContext
 
-#: the ConfigMap key of the query spec that compiled into the plan
-SPEC_FILE = "spec.json"
 #: the label (first 12 characters) and annotation (whole hash) that name a plan ConfigMap's plan
 PLAN_HASH_KEY = "sluice.dev/plan-hash"
 

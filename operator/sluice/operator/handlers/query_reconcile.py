@@ -1,4 +1,5 @@
-"""StreamingQuery create / update / resume, and the rollout timer: one level-based reconcile.
+"""StreamingQuery create / update / resume, and the rollout timer: one level-based reconcile (first
+answering a rollback request annotated on the object, if one waits).
 
 The reconcile of one query never runs twice at once (a lock per query: kopf runs timers beside
 the change handlers), and it starts from the object as the API server has it now, not from the
@@ -15,6 +16,7 @@ from sluice.core.gate import parse_time
 from sluice.core.rollout import GATED
 from sluice.operator.handlers._common import as_dict, env, kopf_errors
 from sluice.operator.reconcile import reconcile_query
+from sluice.operator.rollback import honour_request
 
 #: seconds between evaluations of a rollout's health gate
 GATE_INTERVAL = 2.0
@@ -61,6 +63,7 @@ def handle(body: Any, retry: int = 0, logger: Any = None, **_: Any) -> None:
         fresh = env().kube.get("StreamingQuery", meta["namespace"], meta["name"])
         if fresh is None:
             return
+        fresh = honour_request(env(), fresh)  # the Argo CD rollback action's request, if one waits
         phase = reconcile_query(env(), fresh, retry=retry)
     if logger is not None:
         logger.info(f"reconciled: phase {phase}")
