@@ -9,9 +9,9 @@ libraries Argo CD's VM opens (``tests/support/argocd_lua.lua``), and its result 
 
 Health results are compared exactly (status and message). Discovery results are compared as a set
 of actions (name, disabled, iconClass, displayName). Action results get Argo CD's clean-up of
-empty tables (``cleanReturnedObj``) and must equal the expected object. The restart action
-writes the current time: its file tests run with the harness's clock frozen at
-``FROZEN_TIME``, and one test runs it on the real clock.
+empty tables (``cleanReturnedObj``) and must equal the expected object. The restart and rollback
+actions write the current time: their file tests run with the harness's clock frozen at
+``FROZEN_TIME``, and one test each runs them on the real clock.
 """
 
 from __future__ import annotations
@@ -19,9 +19,7 @@ from __future__ import annotations
 import datetime as dt
 import difflib
 import json
-import math
 import re
-import subprocess
 import typing
 from pathlib import Path
 from typing import Any
@@ -29,17 +27,19 @@ from typing import Any
 import pytest
 import yaml
 from pydantic import BaseModel
+from sluice.core.rollback import ROLLBACK_REQUEST, UNDONE_STEPS
 from sluice.crd.querycluster import QueryCluster, QueryClusterStatus
 from sluice.crd.streamingquery import StreamingQuery, StreamingQueryStatus
 from sluice_dev.platform import lua as lua_platform
 from sluice_dev.platform.common import PlatformError
 from sluice_dev.platform.lua import ensure_lua
 
+from tests.support.argocd import LuaError, clean_returned, run_script
+
 pytestmark = pytest.mark.integration
 
 REPO = Path(__file__).resolve().parents[2]
 CUSTOMIZATIONS = REPO / "argocd" / "resource_customizations"
-HARNESS = REPO / "tests" / "support" / "argocd_lua.lua"
 #: the instant the harness freezes the Lua clock at for the action files (restart's nonce)
 FROZEN_TIME = dt.datetime(2026, 3, 7, 12, 0, 0, tzinfo=dt.UTC)
 #: Argo CD's health statuses (gitops-engine pkg/health); anything else becomes Unknown
@@ -51,10 +51,6 @@ MODELS: dict[str, tuple[type[BaseModel], type[BaseModel]]] = {
     "StreamingQuery": (StreamingQuery, StreamingQueryStatus),
     "QueryCluster": (QueryCluster, QueryClusterStatus),
 }
-
-
-class LuaError(Exception):
-    """The script failed in the interpreter, or returned something that is not a table."""
 
 
 class _Loader(yaml.SafeLoader):
@@ -70,70 +66,6 @@ _Loader.yaml_implicit_resolvers = {
 def load_yaml(path: Path) -> Any:
     with open(path, encoding="utf-8") as handle:
         return yaml.load(handle, Loader=_Loader)  # a SafeLoader subclass
-
-
-# -- Python value -> Lua table literal ---------------------------------------------------------
-
-def lua_string(text: str) -> str:
-    """A Lua 5.1 string literal of ``text`` (UTF-8 bytes; anything but printable ASCII escaped
-    as a three-digit decimal escape, so that no following digit can extend it)."""
-    out = []
-    for byte in text.encode("utf-8"):
-        char = chr(byte)
-        if char in ('"', "\\") or byte < 32 or byte > 126:
-            out.append(f"\\{byte:03d}")
-        else:
-            out.append(char)
-    return '"' + "".join(out) + '"'
-
-
-def lua_literal(value: Any) -> str:
-    """``value`` (parsed JSON/YAML) as a Lua table constructor, the way Argo CD decodes objects into
-    its VM: maps with string keys, lists 1-based, nulls absent (a null in a map drops the key),
-    numbers all Lua numbers."""
-    if value is None:
-        return "nil"
-    if value is True:
-        return "true"
-    if value is False:
-        return "false"
-    if isinstance(value, int):
-        if abs(value) >= 2**53:
-            raise ValueError(f"{value} does not fit a Lua 5.1 number exactly")
-        return str(value)
-    if isinstance(value, float):
-        if not math.isfinite(value):
-            raise ValueError(f"{value} cannot be a Kubernetes object's number")
-        return repr(value)
-    if isinstance(value, str):
-        return lua_string(value)
-    if isinstance(value, list):
-        if any(item is None for item in value):
-            raise ValueError("a null inside a list has no Lua table equivalent")
-        return "{" + ", ".join(lua_literal(item) for item in value) + "}"
-    if isinstance(value, dict):
-        items = []
-        for key, item in value.items():
-            if not isinstance(key, str):
-                raise ValueError(f"map key {key!r} is not a string")
-            if item is not None:
-                items.append(f"[{lua_string(key)}] = {lua_literal(item)}")
-        return "{" + ", ".join(items) + "}"
-    raise TypeError(f"cannot convert {type(value).__name__} to Lua")
-
-
-def run_script(lua: Path, script: Path, obj: Any, tmp_path: Path, frozen: dt.datetime | None = None) -> Any:
-    """What ``script`` returns for the global ``obj``, decoded from the harness's JSON."""
-    literal = tmp_path / f"obj-{script.parent.name}-{script.stem}.lua"
-    literal.write_text("return " + lua_literal(obj) + "\n", encoding="utf-8")
-    argv = [str(lua), str(HARNESS), str(script), str(literal)]
-    if frozen is not None:
-        argv.append(str(int(frozen.timestamp())))
-    result = subprocess.run(argv, capture_output=True, timeout=30, check=False)
-    if result.returncode != 0:
-        raise LuaError(f"{script.relative_to(REPO) if script.is_relative_to(REPO) else script}: "
-                       f"{result.stderr.decode('utf-8', 'replace').strip()}")
-    return json.loads(result.stdout.decode("utf-8"))
 
 
 # -- Argo CD's reading of the results ----------------------------------------------------------
@@ -178,25 +110,6 @@ def assert_discovery(result: Any, expected: list[dict[str, Any]]) -> None:
     got = sorted(actions_of(result), key=lambda a: str(a["name"]))
     want = sorted((normalized_action(a) for a in expected), key=lambda a: str(a["name"]))
     assert got == want, f"discovery: got {got}, expected {want}"
-
-
-def clean_returned(new: Any, old: Any) -> Any:
-    """Argo CD's ``cleanReturnedObj``: an object that came back as an empty table (encoded as an
-    empty array) is the empty object it was."""
-    if isinstance(new, dict) and isinstance(old, dict):
-        out = dict(new)
-        for key, before in old.items():
-            if key not in new:
-                continue
-            after = new[key]
-            if isinstance(after, list) and isinstance(before, dict) and not after:
-                out[key] = before
-            else:
-                out[key] = clean_returned(after, before)
-        return out
-    if isinstance(new, list) and isinstance(old, list):
-        return [clean_returned(item, old[i]) if i < len(old) else item for i, item in enumerate(new)]
-    return new
 
 
 def assert_same_object(got: Any, expected: Any, what: str) -> None:
@@ -358,6 +271,29 @@ def test_restart_on_the_real_clock(lua: Path, tmp_path: Path) -> None:
     assert_same_object(clean_returned(result, obj), obj, "restart")
 
 
+def test_rollback_on_the_real_clock(lua: Path, tmp_path: Path) -> None:
+    """Unfrozen, rollback writes the current UTC time into its request annotation and changes
+    nothing else (the spec stays: the operator patches it, from the previous plan's ConfigMap)."""
+    folder = CUSTOMIZATIONS / "sluice.dev" / "StreamingQuery" / "actions"
+    obj = load_yaml(folder / "testdata" / "running.yaml")
+    before = dt.datetime.now(dt.UTC).replace(microsecond=0)
+    result = run_script(lua, folder / "rollback" / "action.lua", obj, tmp_path)
+    after = dt.datetime.now(dt.UTC)
+    request = result["metadata"]["annotations"].pop(ROLLBACK_REQUEST)
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", request), request
+    assert before <= dt.datetime.strptime(request, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=dt.UTC) <= after
+    assert_same_object(clean_returned(result, obj), obj, "rollback")
+
+
+def test_the_lua_steps_a_rollback_undoes_are_the_operators() -> None:
+    """discovery.lua offers rollback during a rollout in the steps whose edit the operator's
+    rollback undoes: its list is sluice.core.rollback.UNDONE_STEPS."""
+    text = (CUSTOMIZATIONS / "sluice.dev" / "StreamingQuery" / "actions" / "discovery.lua").read_text()
+    found = re.search(r"local undone = \{(.*?)\}", text, re.S)
+    assert found, "discovery.lua has no `local undone = {...}`"
+    assert set(re.findall(r"(\w+) = true", found.group(1))) == set(UNDONE_STEPS)
+
+
 def test_actions_on_an_object_without_spec(lua: Path, tmp_path: Path) -> None:
     folder = CUSTOMIZATIONS / "sluice.dev" / "StreamingQuery" / "actions"
     obj = {"apiVersion": "sluice.dev/v1alpha1", "kind": "StreamingQuery", "metadata": {"name": "x"}}
@@ -365,8 +301,12 @@ def test_actions_on_an_object_without_spec(lua: Path, tmp_path: Path) -> None:
     assert run_script(lua, folder / "resume" / "action.lua", obj, tmp_path)["spec"] == {"suspend": False}
     restarted = run_script(lua, folder / "restart" / "action.lua", obj, tmp_path, frozen=FROZEN_TIME)
     assert restarted["spec"] == {"restartNonce": "2026-03-07T12:00:00Z"}
-    assert_discovery(run_script(lua, folder / "discovery.lua", obj, tmp_path),
-                     load_yaml(folder / "action_test.yaml")["discoveryTests"][0]["result"])
+    asked = run_script(lua, folder / "rollback" / "action.lua", obj, tmp_path, frozen=FROZEN_TIME)
+    assert asked["metadata"] == {"name": "x", "annotations": {ROLLBACK_REQUEST: "2026-03-07T12:00:00Z"}}
+    # as for a running query, but with no status there is no previous plan to roll back to
+    running = load_yaml(folder / "action_test.yaml")["discoveryTests"][0]["result"]
+    expected = [{**a, "disabled": True} if a["name"] == "rollback" else a for a in running]
+    assert_discovery(run_script(lua, folder / "discovery.lua", obj, tmp_path), expected)
 
 
 # -- the testdata are real objects --------------------------------------------------------------

@@ -6,7 +6,9 @@ holder's Lease records a driver of a plan writes when it takes over and commits 
 written by the test with ``tests.support.drivers.DriverSide``, as the operator's integration tests
 do. Everything else is the operator's own doing: it pins the plans (and keeps each plan's query
 spec in its ConfigMap), classifies the edits, switches the driver Deployment, runs the health
-gate on the Lease records, and records the upgrades in ``status.history``.
+gate on the Lease records, records the upgrades in ``status.history``, and answers the Argo CD
+rollback action's request (the action run in Lua 5.1 on the live object, patched in as Argo CD
+patches an action's result).
 """
 
 from __future__ import annotations
@@ -21,8 +23,12 @@ from typing import Any
 
 import pytest
 import yaml
+from sluice.core.rollback import ROLLBACK_DONE, ROLLBACK_REQUEST, ROLLBACK_RESULT
+from sluice.core.status import merge_patch
 from sluice.operator.kube import Kube
+from sluice_dev.platform.lua import ensure_lua
 
+from tests.support.argocd import QUERY_ACTIONS, clean_returned, run_script
 from tests.support.drivers import DriverSide
 from tests.support.operator_process import OperatorProcess
 from tests.support.waiting import eventually
@@ -64,7 +70,17 @@ def run(kube: Any, *argv: str, ok: bool = True) -> subprocess.CompletedProcess[s
 
 
 def status(k: Kube, ns: str) -> dict[str, Any]:
-    return dict((k.get("StreamingQuery", ns, "totals") or {}).get("status") or {})
+    return status_of(k, ns, "totals")
+
+
+def status_of(k: Kube, ns: str, name: str) -> dict[str, Any]:
+    return dict((k.get("StreamingQuery", ns, name) or {}).get("status") or {})
+
+
+def answered(k: Kube, ns: str, name: str, request: str) -> dict[str, Any] | None:
+    """The query once the operator answered rollback request ``request``."""
+    obj = k.get("StreamingQuery", ns, name) or {}
+    return obj if (obj.get("metadata", {}).get("annotations") or {}).get(ROLLBACK_DONE) == request else None
 
 
 def settled(k: Kube, ns: str, generation: int, step: str | None = None) -> Any:
@@ -163,6 +179,46 @@ def test_plan_diff_history_and_rollback_through_kubectl(kube: Any, namespace: st
     assert st["plan"]["hash"] == first and [r["toHash"] for r in st["history"]] == [first, second]
     out = run(kube, "sluice", "history", "sq/totals", "-n", ns).stdout.splitlines()
     assert len(out) == 5 and out[3].split()[1:4] == [second[:12], "→", first[:12]]
+
+    # the Argo CD rollback action on the live object, patched in as Argo CD does (a merge patch of
+    # the action's result against the live object): the operator answers the request
+    lua = ensure_lua()
+    live = k.get("StreamingQuery", ns, "totals")
+    offered = run_script(lua, QUERY_ACTIONS / "discovery.lua", live, tmp_path)
+    assert offered["rollback"]["disabled"] is False
+    asked = clean_returned(run_script(lua, QUERY_ACTIONS / "rollback" / "action.lua", live, tmp_path), live)
+    patch = merge_patch(live, asked)
+    request = patch["metadata"]["annotations"][ROLLBACK_REQUEST]
+    assert patch == {"metadata": {"annotations": {ROLLBACK_REQUEST: request}}}  # the spec: the operator's
+    k.patch("StreamingQuery", ns, "totals", patch)
+    obj = eventually(lambda: answered(k, ns, "totals", request), timeout=60, what="the request answered")
+    notes = obj["metadata"]["annotations"]
+    assert notes[ROLLBACK_RESULT].startswith(
+        f"spec patched back to the query of plan {second[:12]} (ConfigMap totals-plan-{second[:12]}; the "
+        f"plan before the newest upgrade")
+    assert obj["spec"]["sql"] == SQL_WHERE and obj["metadata"]["generation"] == 4
+    assert obj["spec"]["trigger"] == {"processingTime": "5 seconds"}
+    assert any(request in e["message"] for e in k.list("Event", ns) if e.get("reason") == "RollbackRequested")
+    st = eventually(settled(k, ns, 4, "Verifying"), timeout=60, what="the action's edit verifying")
+    assert st["rollout"]["targetHash"] == second
+    drivers.take_over(second, batches=3)
+    st = eventually(settled(k, ns, 4), timeout=60, what="the action's edit succeeded")
+    assert st["plan"]["hash"] == second and [r["toHash"] for r in st["history"]] == [second, first, second]
+    # answered once: the next reconcile leaves it alone, and Argo CD offers the action again
+    assert k.get("StreamingQuery", ns, "totals")["metadata"]["generation"] == 4
+    assert run_script(lua, QUERY_ACTIONS / "discovery.lua", k.get("StreamingQuery", ns, "totals"),
+                      tmp_path)["rollback"]["disabled"] is False
+
+    # a request with nothing to roll back to (a query with no upgrade yet) changes no spec; it says why
+    k.create(manifest(ns, topic, SQL, name="solo"))
+    eventually(lambda: (status_of(k, ns, "solo").get("plan") or None), timeout=60, what="solo's plan")
+    k.patch("StreamingQuery", ns, "solo", {"metadata": {"annotations": {ROLLBACK_REQUEST: "by-hand"}}})
+    obj = eventually(lambda: answered(k, ns, "solo", "by-hand"), timeout=60, what="solo's request answered")
+    assert obj["metadata"]["annotations"][ROLLBACK_RESULT] == (
+        "refused: no upgrade history (status.history is empty): there is no previous plan to roll back to")
+    assert obj["metadata"]["generation"] == 1 and obj["spec"]["sql"] == SQL
+    assert any("by-hand" in e["message"] for e in k.list("Event", ns) if e.get("reason") == "RollbackRefused"
+               and e["involvedObject"]["name"] == "solo")
 
     # the namespace of the kubeconfig's context, and clear errors
     config = yaml.safe_load(kube.kubeconfig.read_text())
