@@ -209,6 +209,40 @@ def test_plan_diff_history_and_rollback_through_kubectl(kube: Any, namespace: st
     assert run_script(lua, QUERY_ACTIONS / "discovery.lua", k.get("StreamingQuery", ns, "totals"),
                       tmp_path)["rollback"]["disabled"] is False
 
+    # a rollback the API server refuses (here a ValidatingAdmissionPolicy, as the admission webhook
+    # would refuse a replace that allowReplace: false forbids) changes no spec, and says why, once
+    policy = f"sluice-freeze-{ns}"
+    guard = tmp_path / "guard.yaml"
+    guard.write_text(yaml.safe_dump_all([
+        {"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicy",
+         "metadata": {"name": policy},
+         "spec": {"failurePolicy": "Fail", "matchConstraints": {"resourceRules": [{
+             "apiGroups": ["sluice.dev"], "apiVersions": ["*"], "operations": ["UPDATE"],
+             "resources": ["streamingqueries"]}]},
+             "validations": [{"expression": "object.spec.sql == oldObject.spec.sql",
+                              "message": "the SQL of this query is frozen"}]}},
+        {"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicyBinding",
+         "metadata": {"name": policy},
+         "spec": {"policyName": policy, "validationActions": ["Deny"], "matchResources": {
+             "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": ns}}}}}]))
+    run(kube, "apply", "-f", str(guard))
+    try:
+        back = json.dumps({"spec": {"sql": SQL}})
+        eventually(lambda: "frozen" in run(kube, "patch", "sq", "totals", "-n", ns, "--type=merge",
+                                           "--dry-run=server", "-p", back, ok=False).stderr,
+                   timeout=30, what="the policy in force")
+        k.patch("StreamingQuery", ns, "totals", {"metadata": {"annotations": {ROLLBACK_REQUEST: "frozen"}}})
+        obj = eventually(lambda: answered(k, ns, "totals", "frozen"), timeout=60, what="the request answered")
+    finally:
+        run(kube, "delete", "-f", str(guard), "--ignore-not-found")
+    result = obj["metadata"]["annotations"][ROLLBACK_RESULT]
+    assert result.startswith(f"refused: the API server refused the spec patch back to plan {first[:12]}: "), (
+        result)
+    assert "the SQL of this query is frozen" in result
+    assert obj["metadata"]["generation"] == 4 and obj["spec"]["sql"] == SQL_WHERE
+    refusals = [e for e in k.list("Event", ns) if e.get("reason") == "RollbackRefused"]
+    assert any("frozen" in e["message"] for e in refusals), refusals
+
     # a request with nothing to roll back to (a query with no upgrade yet) changes no spec; it says why
     k.create(manifest(ns, topic, SQL, name="solo"))
     eventually(lambda: (status_of(k, ns, "solo").get("plan") or None), timeout=60, what="solo's plan")

@@ -97,29 +97,41 @@ def prepare(kube: Kube, obj: dict[str, Any], to: str | None = None,
 def honour_request(env: Env, obj: dict[str, Any]) -> dict[str, Any]:
     """Answer the rollback request annotated on ``obj``, if one waits: in one patch (only if nobody
     changed the object since it was read), the spec patched back to the previous plan's query, the
-    request marked done and what was done; an event says it. A rollback that cannot be done changes
-    no spec: the result annotation and a warning event say why. Returns the object as it is now."""
+    request marked done and what was done; an event says it. A rollback that cannot be done, or
+    that the API server refuses (the admission webhook: a replace ``allowReplace: false``
+    forbids), changes no spec: the result annotation and a warning event say why. Returns the
+    object as it is now."""
     meta = obj["metadata"]
     request = pending_request(meta.get("annotations"))
     if request is None or meta.get("deletionTimestamp"):
         return obj
-    where = f"sq/{meta['name']}"
     try:
         done = prepare(env.kube, obj, compile_query=env.compile)
     except RollbackError as exc:
-        result, patch, event = f"refused: {exc}", {}, ("Warning", EventReason.ROLLBACK_REFUSED)
-    else:
-        patch = done.patch
-        if patch:
-            result = (f"spec patched back to the query of plan {short(done.target)} (ConfigMap "
-                      f"{done.config_map}; {done.why}); fields: {', '.join(sorted(patch))}")
-        else:
-            result = f"nothing to patch: the spec holds the query of plan {short(done.target)} ({done.why})"
-        event = ("Normal", EventReason.ROLLBACK_REQUESTED)
+        return _answer(env, obj, request, f"refused: {exc}")
+    if not done.patch:
+        holds = f"the spec holds the query of plan {short(done.target)} ({done.why})"
+        return _answer(env, obj, request, f"nothing to patch: {holds}")
+    result = (f"spec patched back to the query of plan {short(done.target)} (ConfigMap {done.config_map}; "
+              f"{done.why}); fields: {', '.join(sorted(done.patch))}")
+    try:
+        return _answer(env, obj, request, result, done.patch)
+    except KubeError as exc:
+        if exc.status not in (400, 403, 422):
+            raise
+        message = exc.body.get("message") if isinstance(exc.body, dict) else str(exc.body)[:300]
+        return _answer(env, obj, request, f"refused: the API server refused the spec patch back to plan "
+                                          f"{short(done.target)}: {message}")
+
+
+def _answer(env: Env, obj: dict[str, Any], request: str, result: str,
+            spec_patch: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Write the answer (and the spec patch), post the event; the object as it is now."""
+    meta = obj["metadata"]
     body: dict[str, Any] = {"metadata": {"resourceVersion": meta["resourceVersion"], "annotations": {
         ROLLBACK_DONE: request, ROLLBACK_RESULT: result}}}
-    if patch:
-        body["spec"] = patch
+    if spec_patch:
+        body["spec"] = spec_patch
     try:
         updated = env.kube.patch("StreamingQuery", meta["namespace"], meta["name"], body)
     except KubeError as exc:
@@ -128,6 +140,8 @@ def honour_request(env: Env, obj: dict[str, Any]) -> dict[str, Any]:
                      meta["namespace"], meta["name"])
             return env.kube.get("StreamingQuery", meta["namespace"], meta["name"]) or obj
         raise
-    env.events(obj, event[0], str(event[1]), f"rollback request {request}: {result}")
-    log.info("%s rollback request %s: %s", where, request, result)
+    refused = result.startswith("refused")
+    reason = EventReason.ROLLBACK_REFUSED if refused else EventReason.ROLLBACK_REQUESTED
+    env.events(obj, "Warning" if refused else "Normal", str(reason), f"rollback request {request}: {result}")
+    log.info("%s/%s rollback request %s: %s", meta["namespace"], meta["name"], request, result)
     return updated
