@@ -137,14 +137,28 @@ class Watcher:
                 self.arrivals.append(now)
                 self.ids.append(int(row["id"]))
 
+    def flowing(self, within: float = 2.0, steady: float = 10.0) -> bool:
+        """Whether output has arrived steadily: no silence longer than ``within`` in the last
+        ``steady`` seconds (before an event: a cold start's first batches are not the event's)."""
+        now = time.monotonic()
+        with self._lock:
+            recent = [t for t in self.arrivals if t >= now - steady]
+        points = [now - steady, *recent, now]
+        return bool(recent) and max(b - a for a, b in itertools.pairwise(points)) <= within
+
     def gap_between(self, t0: float, t1: float) -> float:
         """Longest output silence between ``t0`` (the event) and ``t1`` (call it once the takeover
         is recorded and output has flowed again for a while)."""
+        return self.longest_silence(t0, t1)[0]
+
+    def longest_silence(self, t0: float, t1: float) -> tuple[float, float]:
+        """:meth:`gap_between`, and when that silence began (seconds after ``t0``)."""
         with self._lock:
             times = [t for t in self.arrivals if t0 - 5 <= t <= t1]
         before = max((t for t in times if t <= t0), default=t0)
         points = [before, *(t for t in times if t > t0)]
-        return max((b - a for a, b in itertools.pairwise(points)), default=t1 - t0)
+        gaps = [(b - a, a - t0) for a, b in itertools.pairwise(points)]
+        return max(gaps, default=(t1 - t0, 0.0))
 
     def stop(self) -> tuple[int, int, int]:
         sent = self.feed.stop()
@@ -180,8 +194,10 @@ def measure_event(p: Platform, watcher: Watcher, ns: str, name: str, before: str
         return g if g.get("time") != before and g.get("gapSeconds") is not None else None
 
     runtime_gap = eventually(recorded, what="the takeover gap", timeout=300, interval=0.5)
+    taken = time.monotonic() - t0
     time.sleep(8)  # output flowing again
-    return watcher.gap_between(t0, time.monotonic()), runtime_gap
+    gap, at = watcher.longest_silence(t0, time.monotonic())
+    return gap, {**runtime_gap, "silenceAt": round(at, 1), "recordedAt": round(taken, 1)}
 
 
 def print_summary(results: dict[str, list[tuple[float, float | None]]], width: int) -> dict[str, float]:

@@ -95,7 +95,8 @@ def main(kinds: tuple[str, ...] = ("upgrade", "restart"), doc: str | None = None
         for kind in chosen:
             name = QUERY[kind]
             eventually(lambda n=name: settled(n), what=f"{name} settled", timeout=600, interval=0.5)
-            time.sleep(5)
+            eventually(lambda n=name: watchers[n].flowing(), what=f"{name}'s output flowing", timeout=600,
+                       interval=0.5)
             before = p.lease_gap(ns, name).get("time")
             t0 = time.monotonic()
             if kind in ("upgrade", "replace"):
@@ -119,7 +120,9 @@ def main(kinds: tuple[str, ...] = ("upgrade", "restart"), doc: str | None = None
             gap, runtime_gap = measure_event(p, watchers[name], ns, name, before, t0)
             results[kind].append((gap, runtime_gap.get("gapSeconds")))
             print(f"round {round_ + 1} {kind:8s} output gap {gap:6.2f}s  runtime gap "
-                  f"{runtime_gap.get('gapSeconds')}s ({runtime_gap.get('reason')})", flush=True)
+                  f"{runtime_gap.get('gapSeconds')}s ({runtime_gap.get('reason')}); the longest silence "
+                  f"began {runtime_gap['silenceAt']}s after the event, the takeover was recorded at "
+                  f"{runtime_gap['recordedAt']}s", flush=True)
     for name, w in watchers.items():
         sent, lost, dup = w.stop()
         print(f"query {name}: {sent} records sent, {lost} lost, {dup} duplicated (read_committed)")

@@ -26,8 +26,6 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from sluice.core.driverreport import DriverError
@@ -45,6 +43,13 @@ from sluice_runtime import drain as drain_mod
 from sluice_runtime import epochs, reports
 from sluice_runtime.cleanup import CheckpointCleaner
 from sluice_runtime.startpoint import StartRefused, prepare_start
+from sluice_runtime.takeover import (
+    DEAD_LETTER_DEFER,
+    FirstBatchLog,
+    GapMeter,
+    exit_at_once,
+    stay_out_of_the_way,
+)
 
 if TYPE_CHECKING:
     from sluice.core.plan.model import Plan
@@ -114,6 +119,8 @@ def supervise(
                 return LOST
             if elector is not None and elector.handoff.is_set():
                 return HANDOFF
+            if pipeline.failure is not None:
+                return FAILED
             queries = pipeline.all_queries()
             failed = [q for q in queries if not q.isActive and q.exception() is not None]
             if failed:
@@ -133,11 +140,18 @@ def supervise(
         stop_monitor.set()
 
 
-def finish(pipeline: Pipeline, state: RuntimeState, end: str) -> int:
-    """Stop the term's queries the way ``end`` asks; the exit code it stands for."""
+def finish(pipeline: Pipeline, state: RuntimeState, end: str, close_sink: bool = True) -> int:
+    """Stop the term's queries the way ``end`` asks; the exit code it stands for. ``close_sink``:
+    also close the exactly-once sink (a driver that releases a Lease closes it after the release)."""
     code = 0
     if end in (DRAIN, HANDOFF):
         state.health.draining = True
+        try:
+            last = pipeline.main.lastProgress
+            if last:  # the steady state, to compare a takeover's first batch with
+                log.info("draining after batch %s: %s", last["batchId"], dict(last["durationMs"] or {}))
+        except Exception as exc:  # the query may have failed
+            log.debug("no last progress: %s", exc)
         clean = drain_mod.drain(pipeline.gate, pipeline.queries())
         log.info("drained%s", "" if clean else " (a commit did not appear in time)")
         code = 0 if clean else 1
@@ -153,7 +167,7 @@ def finish(pipeline: Pipeline, state: RuntimeState, end: str) -> int:
                 q.stop()
         except Exception:
             pass
-    if pipeline.eos_sink is not None:
+    if close_sink and pipeline.eos_sink is not None:
         pipeline.eos_sink.close()
     state.health.active = False
     return code
@@ -210,27 +224,6 @@ def set_pod_role(api: KubeApi | None, namespace: str, pod: str, role: str) -> No
         log.info("pod %s/%s labelled %s=%s", namespace, pod, ROLE_LABEL, role)
     except Exception as exc:
         log.warning("cannot label pod %s/%s as %s: %s", namespace, pod, role, exc)
-
-
-@dataclass
-class GapMeter:
-    """Measures a takeover's gap from the checkpoint: the previous holder's last ``commits/N``
-    to this holder's first ``commits/M`` (M > N), by their modification times."""
-
-    checkpoint: Path
-    before: tuple[int, float] | None
-    acquired_at: float  # wall clock, used when the previous holder never committed
-    gap: float | None = None
-
-    def poll(self) -> float | None:
-        if self.gap is not None:
-            return None
-        latest = epochs.last_commit_time(self.checkpoint)
-        if latest is None or (self.before is not None and latest[0] <= self.before[0]):
-            return None
-        start = self.before[1] if self.before is not None else self.acquired_at
-        self.gap = max(0.0, latest[1] - start)
-        return self.gap
 
 
 def identity_for(pod: str) -> str:
@@ -313,6 +306,11 @@ def run_elected(
             if end in (HANDOFF, LOST):
                 set_priority(_own_pids(spark), STANDBY_NICE)
                 continue
+            if end == DRAIN:
+                stay_out_of_the_way(elector, leadership.epoch)
+                if config.master.startswith("local"):
+                    elector.close()
+                    exit_at_once(code)
             return code
     finally:
         elector.close()
@@ -343,14 +341,26 @@ def _fresh_start(config: RunConfig, prepared: Prepared,
 
 def _term(config: RunConfig, prepared: Prepared, state: RuntimeState, drain_requested: threading.Event,
           elector: Elector, api: KubeApi, pod: str, leadership: Any) -> tuple[str, int]:
-    """One term as the active driver."""
+    """One term as the active driver. The pod is labelled active beside the start (not before it:
+    the label is for routing and the rollout's order, and a takeover's first batch waits for no
+    API call it does not need)."""
+    labeller = threading.Thread(target=set_pod_role, args=(api, config.lease_namespace or "", pod, "active"),
+                                daemon=True)
+    labeller.start()
+    try:
+        return _run_term(config, prepared, state, drain_requested, elector, api, pod, leadership)
+    finally:
+        labeller.join(10)  # before a later label (standby) can be written
+
+
+def _run_term(config: RunConfig, prepared: Prepared, state: RuntimeState, drain_requested: threading.Event,
+              elector: Elector, api: KubeApi, pod: str, leadership: Any) -> tuple[str, int]:
     from sluice_runtime.pipeline import start_pipeline
 
     state.role = "active"
     state.epoch = leadership.epoch
     state.metrics.set_role("active")
     state.health = type(state.health)()
-    set_pod_role(api, config.lease_namespace or "", pod, "active")
     takeover: Takeover = leadership.takeover
     failover = leadership.why in (Why.EXPIRED, Why.HOLDER_DEAD)
     acquired_wall = time.time()
@@ -369,7 +379,9 @@ def _term(config: RunConfig, prepared: Prepared, state: RuntimeState, drain_requ
         meter = GapMeter(checkpoint, before, acquired_wall)
         gate = drain_mod.BatchGate(guard=elector.may_write)
         pipeline = start_pipeline(prepared, checkpoint=str(checkpoint), available_now=config.available_now,
-                                  transactional_id=config.transactional_id, gate=gate)
+                                  transactional_id=config.transactional_id, gate=gate,
+                                  defer_dead_letters=True)
+        begun = time.monotonic()
     except StartRefused as refused:
         print(f"sluice-runtime: not started: {refused.error_class}: {refused.message}", file=sys.stderr)
         reports.report_error(api, namespace, pod, DriverError(
@@ -400,16 +412,20 @@ def _term(config: RunConfig, prepared: Prepared, state: RuntimeState, drain_requ
         elector.annotate({LAST_TAKEOVER: record.to_json()})
 
     cleaner = CheckpointCleaner(elector, config.checkpoint)
+    first_batch = FirstBatchLog(pipeline.main, meter)
 
     def every_tick() -> None:
         on_tick()
+        if pipeline.deferred and (meter.gap is not None or time.monotonic() - begun > DEAD_LETTER_DEFER):
+            pipeline.start_deferred()  # after the main query's first commit
+        first_batch.poll()
         cleaner.poll()
 
     progress = reports.TermProgress(elector, plan_hash, leadership.epoch)
     end = supervise(pipeline, state, drain_requested, elector, every_tick, progress)
     request = elector.handoff_request
-    failure = reports.query_failure(pipeline.all_queries()) if end == FAILED else None
-    code = finish(pipeline, state, end)
+    failure = (pipeline.failure or reports.query_failure(pipeline.all_queries())) if end == FAILED else None
+    code = finish(pipeline, state, end, close_sink=False)
     if failure is not None:
         reports.report_exception(api, namespace, pod, plan, plan_hash, reports.ACTIVE, failure)
     if end == LOST:
@@ -420,4 +436,6 @@ def _term(config: RunConfig, prepared: Prepared, state: RuntimeState, drain_requ
                         handoff_id=request.id if request else None)
     else:
         elector.release()
+    if pipeline.eos_sink is not None:  # after the release: the successor need not wait for it
+        pipeline.eos_sink.close()
     return end, code

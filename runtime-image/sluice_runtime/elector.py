@@ -28,6 +28,8 @@ from sluice.core.election import (
     LAST_TAKEOVER,
     PREFERRED_HOLDER,
     QUERY_LABEL,
+    SUCCESSOR_COMMITTED,
+    SUCCESSOR_NONE,
     HandoffRequest,
     HolderProbe,
     LeaseRecord,
@@ -43,6 +45,7 @@ from sluice.core.election import (
     probe_verdict,
     renew_interval,
     someone_serving,
+    successor_progress,
 )
 
 from sluice_runtime.kubeapi import KubeApi, KubeApiError
@@ -452,6 +455,21 @@ class Elector:
                 log.warning("lease %s: release failed: %s", self.name, exc)
                 break
         log.info("lease %s released%s", self.name, f" to {preferred_pod}" if preferred_pod else "")
+
+    def wait_for_successor(self, my_epoch: int, timeout: float, nobody_within: float = 0.5) -> str:
+        """After :meth:`release` at the end of term ``my_epoch``: wait until the successor recorded
+        its first commit, at most ``timeout`` seconds, and no longer than ``nobody_within`` while
+        nobody takes the Lease. Returns the last :func:`successor_progress` seen."""
+        started = time.monotonic()
+        with self._cond:
+            while True:
+                record = LeaseRecord.from_lease(self._lease) if self._lease is not None else None
+                seen = successor_progress(record, self.identity, my_epoch)
+                waited = time.monotonic() - started
+                if (seen == SUCCESSOR_COMMITTED or waited >= timeout
+                        or (seen == SUCCESSOR_NONE and waited >= nobody_within)):
+                    return seen
+                self._cond.wait(0.2)
 
     def step_down(self) -> None:
         """Stop acting as holder without touching the Lease (it was lost)."""

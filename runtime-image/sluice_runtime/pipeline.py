@@ -20,7 +20,9 @@ the plan), the plan's hash does not.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -52,6 +54,21 @@ class Pipeline:
     dead_letter_checkpoints: dict[str, str] = field(default_factory=dict)
     eos_sink: TransactionalSink | None = None
     observations: dict[str, str] = field(default_factory=dict)
+    #: dead-letter queries not started yet (``start_pipeline(defer_dead_letters=True)``)
+    deferred: list[Callable[[], Any]] = field(default_factory=list)
+    #: why starting them failed (the term then ends as failed)
+    failure: BaseException | None = None
+
+    def start_deferred(self) -> None:
+        """Start the dead-letter queries held back; a failure is kept in :attr:`failure`."""
+        pending, self.deferred = self.deferred, []
+        try:
+            for start in pending:
+                start()
+            log.info("dead-letter queries started (%s)", len(pending))
+        except Exception as exc:
+            log.error("starting the dead-letter queries failed: %s", exc)
+            self.failure = exc
 
     @property
     def main_name(self) -> str:
@@ -195,10 +212,13 @@ def start_pipeline(
     available_now: bool = False,
     transactional_id: str | None = None,
     gate: BatchGate | None = None,
+    defer_dead_letters: bool = False,
 ) -> Pipeline:
     """Start a prepared pipeline on ``checkpoint``. The exactly-once producer is initialised while
     the queries start (that fences every older driver of the same transactional id), and before
-    the first write."""
+    the first write. ``defer_dead_letters``: start the main query only; the dead-letter queries
+    start with :meth:`Pipeline.start_deferred` (a takeover's first batch then has the CPU to
+    itself: the dead-letter queries resume from their own checkpoints a moment later)."""
     plan, ctx, frames, query_id = prepared.plan, prepared.ctx, prepared.frames, prepared.query_id
     bootstrap, security, consumer_group = ctx.bootstrap, ctx.security, ctx.consumer_group
     sink = plan.sink
@@ -223,23 +243,28 @@ def start_pipeline(
     else:
         write_main = alo_writer(sink.topic)
 
+    dead_letter: dict[str, StreamingQuery] = {}
+    dlq_checkpoints: dict[str, str] = {}
+
+    def start_dead_letter(route: Any) -> StreamingQuery:
+        name = query_name(query_id, f"-dlq-{route.source_id}")
+        dlq_ckpt = f"{checkpoint.rstrip('/')}/dlq/{route.source_id}"
+        dlq_write = alo_writer(route.topic)
+
+        def dlq_batch(frame: DataFrame, batch_id: int) -> None:
+            gate.run(name, batch_id, lambda: dlq_write(frame, batch_id))
+
+        w = route.frame.writeStream.queryName(name).option("checkpointLocation", dlq_ckpt)
+        q = _trigger(w.foreachBatch(dlq_batch), sink, available_now).start()
+        dead_letter[route.source_id] = q
+        dlq_checkpoints[route.source_id] = dlq_ckpt
+        return q
+
     started: list[StreamingQuery] = []
     try:
-        dead_letter: dict[str, StreamingQuery] = {}
-        dlq_checkpoints: dict[str, str] = {}
-        for route in ctx.dead_letters:
-            name = query_name(query_id, f"-dlq-{route.source_id}")
-            dlq_ckpt = f"{checkpoint.rstrip('/')}/dlq/{route.source_id}"
-            dlq_write = alo_writer(route.topic)
-
-            def dlq_batch(frame: DataFrame, batch_id: int, _n: str = name, _w: Any = dlq_write) -> None:
-                gate.run(_n, batch_id, lambda: _w(frame, batch_id))
-
-            w = route.frame.writeStream.queryName(name).option("checkpointLocation", dlq_ckpt)
-            q = _trigger(w.foreachBatch(dlq_batch), sink, available_now).start()
-            started.append(q)
-            dead_letter[route.source_id] = q
-            dlq_checkpoints[route.source_id] = dlq_ckpt
+        if not defer_dead_letters:
+            for route in ctx.dead_letters:
+                started.append(start_dead_letter(route))
 
         main_name = query_name(query_id)
 
@@ -260,7 +285,7 @@ def start_pipeline(
         if eos is not None:
             eos.close()
         raise
-    return Pipeline(
+    pipeline = Pipeline(
         plan=plan,
         query_id=query_id,
         checkpoint=checkpoint,
@@ -271,6 +296,9 @@ def start_pipeline(
         eos_sink=eos,
         observations=dict(ctx.observations),
     )
+    if defer_dead_letters:
+        pipeline.deferred = [functools.partial(start_dead_letter, route) for route in ctx.dead_letters]
+    return pipeline
 
 
 def build_query(

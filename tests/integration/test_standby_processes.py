@@ -290,12 +290,19 @@ def test_handoff_on_request_and_on_sigterm(
         # SIGTERM of the active: it drains, releases and exits 0; the standby takes over at once
         other.signal(signal.SIGTERM)
         assert other.proc.wait(120) == 0, other.tail()
+        # it stayed out of the way until its successor took over (committed, or 8 s), then ended
+        # without stopping Spark; each term started its dead-letter queries after the main query
+        said = other.log.read_text(errors="replace")
+        assert "successor committed" in said or "successor starting" in said, other.tail()
+        assert "exiting (0) without stopping Spark" in said, other.tail()
         wait_until("the first driver active again", lambda: first.role().get("role") == "active", 60, drivers)
         record = wait_until("the second gap", lambda: (t := takeover(api)).to_pod == first.pod
                             and t.gap_seconds is not None and t, 60, drivers)
         assert record.reason == "released"
         third_term = progress_of_term(api, hashes[first.pod], drivers).epoch
         assert third_term > second_term
+        wait_until("the dead-letter queries of the third term", lambda: first.log.read_text(
+            errors="replace").count("dead-letter queries started") >= 2, 60, drivers)
         kept_epochs = [b["epoch"] for b in json.loads((checkpoint / "backstops.json").read_text())]
         assert kept_epochs == [first_term, second_term]
         assert all((checkpoint / "epochs" / str(e)).is_dir() for e in kept_epochs)  # never pruned

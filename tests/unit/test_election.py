@@ -25,6 +25,7 @@ from sluice.core.election import (
     pod_of,
     probe_verdict,
     someone_serving,
+    successor_progress,
 )
 
 
@@ -115,6 +116,24 @@ def test_takeover_records_round_trip_and_kind() -> None:
     assert Takeover(time="x", from_pod="a", to_pod="b", reason=Why.RELEASED, epoch=1).kind == "HandedOff"
     assert Takeover.from_json("not json") is None
     assert Takeover.from_json(None) is None
+
+
+def test_a_drained_driver_sees_its_successor_start_and_commit() -> None:
+    """The old holder (me, term 2) released: it waits while nobody or a successor without a commit
+    holds the Lease, and is done once the successor of a later term recorded its first commit."""
+    me = "q-driver-a/x1"
+    assert successor_progress(None, me, 2) == "none"
+    assert successor_progress(record(holder=""), me, 2) == "none"
+    assert successor_progress(record(holder=me), me, 2) == "none"  # our own record, before the release
+    mine = Takeover(time="t", from_pod="", to_pod="q-driver-a", reason=Why.RELEASED, epoch=2, gap_seconds=0.9)
+    taken = record(holder="q-driver-b/x2", transitions=3, annotations={LAST_TAKEOVER: mine.to_json()})
+    assert successor_progress(taken, me, 2) == "starting"  # still our own term's record
+    starting = Takeover(time="t", from_pod="q-driver-a", to_pod="q-driver-b", reason=Why.RELEASED, epoch=3)
+    taken = record(holder="q-driver-b/x2", transitions=3, annotations={LAST_TAKEOVER: starting.to_json()})
+    assert successor_progress(taken, me, 2) == "starting"
+    committed = Takeover(**{**starting.__dict__, "gap_seconds": 1.4})
+    done = record(holder="q-driver-b/x2", transitions=3, annotations={LAST_TAKEOVER: committed.to_json()})
+    assert successor_progress(done, me, 2) == "committed"
 
 
 def test_pending_handoff_until_done() -> None:

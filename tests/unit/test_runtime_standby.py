@@ -12,8 +12,9 @@ import pytest
 from sluice_runtime import epochs
 from sluice_runtime.cli import ConfigError, build_parser, resolve_config
 from sluice_runtime.drain import BatchGate, NotHolder
-from sluice_runtime.driver import GapMeter, advertised_address
+from sluice_runtime.driver import advertised_address
 from sluice_runtime.server import RuntimeState
+from sluice_runtime.takeover import GapMeter
 
 BASE_ENV = {"SLUICE_PLAN": "/p.json", "SLUICE_CHECKPOINT": "/c", "SLUICE_BOOTSTRAP": "k:9092"}
 

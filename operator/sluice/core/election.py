@@ -318,3 +318,22 @@ def takeover_to_announce(record: LeaseRecord | None, previous: dict[str, Any] | 
     if (last.get("time"), last.get("to")) == (takeover.time, takeover.to_pod):
         return None
     return takeover
+
+
+#: what a driver that released the Lease at the end of its term sees of its successor
+SUCCESSOR_NONE, SUCCESSOR_STARTING, SUCCESSOR_COMMITTED = "none", "starting", "committed"
+
+
+def successor_progress(record: LeaseRecord | None, me: str, my_epoch: int) -> str:
+    """After this driver (``me``) released the Lease at the end of term ``my_epoch``: nobody holds it
+    yet (:data:`SUCCESSOR_NONE`), a successor holds it and has not committed a batch yet
+    (:data:`SUCCESSOR_STARTING`), or the successor recorded its first commit
+    (:data:`SUCCESSOR_COMMITTED`: its ``LAST_TAKEOVER`` of a later term has its gap)."""
+    if record is None:
+        return SUCCESSOR_NONE
+    takeover = Takeover.from_json(record.annotations.get(LAST_TAKEOVER))
+    if takeover is not None and takeover.epoch > my_epoch and takeover.gap_seconds is not None:
+        return SUCCESSOR_COMMITTED
+    if record.holder and record.holder != me:
+        return SUCCESSOR_STARTING
+    return SUCCESSOR_NONE
