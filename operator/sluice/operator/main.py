@@ -8,6 +8,7 @@ from typing import Any
 import kopf
 
 from sluice.core.election import QUERY_LABEL
+from sluice.core.rollback import ROLLBACK_REQUEST
 from sluice.crd.common import GROUP, VERSION
 from sluice.operator.handlers import admission as webhooks
 from sluice.operator.handlers import cluster, driver_lease, query_delete, query_driver, query_reconcile
@@ -57,6 +58,10 @@ def build_registry(login: Any = None) -> kopf.OperatorRegistry:
     # spec edits, and the cluster-revision annotation a QueryCluster change sets (see cluster.fan_out)
     kopf.on.update(*SQ, registry=registry, id="reconcile-update", backoff=10)(query_reconcile.handle)
     kopf.on.resume(*SQ, registry=registry, id="reconcile-resume", backoff=10)(query_reconcile.handle)
+    # a rollback request (the Argo CD action's annotation) is answered by a handler of its own: a
+    # reconcile waiting out a retry's back-off does not hold it up
+    kopf.on.update(*SQ, registry=registry, id="rollback-request", backoff=10,
+                   field=("metadata", "annotations", ROLLBACK_REQUEST))(query_reconcile.rollback_request)
     # the health gate of a rollout in flight is evaluated on a timer (it waits on the drivers)
     kopf.on.timer(*SQ, registry=registry, id="rollout-gate", interval=query_reconcile.GATE_INTERVAL,
                   when=query_reconcile.rollout_in_flight)(query_reconcile.handle)

@@ -67,3 +67,13 @@ def handle(body: Any, retry: int = 0, logger: Any = None, **_: Any) -> None:
         phase = reconcile_query(env(), fresh, retry=retry)
     if logger is not None:
         logger.info(f"reconciled: phase {phase}")
+
+
+def rollback_request(body: Any, **_: Any) -> None:
+    """A new rollback request annotated on the query: answer it now (the reconcile that follows the
+    spec patch carries the edit out)."""
+    meta = as_dict(body)["metadata"]
+    with _lock(str(meta.get("uid"))), kopf_errors("StreamingQuery", "rollback request"):
+        fresh = env().kube.get("StreamingQuery", meta["namespace"], meta["name"])
+        if fresh is not None:
+            honour_request(env(), fresh)
