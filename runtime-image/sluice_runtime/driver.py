@@ -280,15 +280,26 @@ def run_elected(
                  config.lease_name)
         warmed = warm_up == "plan"
 
+        cancel_warm_up = threading.Event()
+        warming: list[threading.Thread] = []
+
         def warm_up_late() -> None:
-            """Another driver took the Lease first (drivers started together): warm up now."""
-            nonlocal warmed
-            # the pod stays Ready ("standby"): readiness that flapped would disturb rollouts
-            took = warm_up_plan(prepared.ctx)
-            warmed = True
-            record = elector.record()
-            log.info("standby: warmed up on the plan in %.1fs while %s serves", took,
-                     record.holder if record else "another driver")
+            """Another driver took the Lease first (drivers started together): warm up now, in
+            the background, so that the wait for the Lease goes on (a holder that dies meanwhile
+            is taken over at once, the warm-up cancelled)."""
+            def run() -> None:
+                nonlocal warmed
+                # the pod stays Ready ("standby"): readiness that flapped would disturb rollouts
+                took = warm_up_plan(prepared.ctx, cancel=cancel_warm_up)
+                warmed = True
+                record = elector.record()
+                log.info("standby: warmed up on the plan in %.1fs while %s serves%s", took,
+                         record.holder if record else "another driver",
+                         " (cancelled: taking over)" if cancel_warm_up.is_set() else "")
+
+            thread = threading.Thread(target=run, name="warm-up", daemon=True)
+            warming.append(thread)
+            thread.start()
 
         while True:
             state.role = "standby"
@@ -298,8 +309,12 @@ def run_elected(
             late = None if warmed else warm_up_late
             leadership = elector.wait_for_leadership(drain_requested, while_held=late)
             if leadership is None:
+                cancel_warm_up.set()
                 log.info("standby: stopped before taking over")
                 return 0
+            cancel_warm_up.set()  # a late warm-up still running stops its queries first
+            for thread in warming:
+                thread.join(10)
             log.debug("active: %s threads at normal priority", set_priority(_own_pids(spark), 0))
             end, code = _term(config, prepared, state, drain_requested, elector, api, pod, leadership)
             warmed = True  # it ran the plan as the active driver

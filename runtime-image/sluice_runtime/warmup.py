@@ -23,6 +23,7 @@ import json
 import logging
 import shutil
 import tempfile
+import threading
 import time
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
@@ -70,9 +71,11 @@ def tail_offsets(bootstrap: str, security: KafkaSecurity, topics: Iterable[str],
         consumer.close()
 
 
-def warm_up_plan(ctx: BuildContext, *, timeout: float = WARM_TIMEOUT) -> float:
+def warm_up_plan(ctx: BuildContext, *, timeout: float = WARM_TIMEOUT,
+                 cancel: threading.Event | None = None) -> float:
     """Run ``ctx.plan`` once over the tail of its sources on a scratch checkpoint (see the
-    module); return the seconds it took."""
+    module); return the seconds it took. ``cancel``: stop early when it is set (a standby that
+    warms up late takes over)."""
     spark, plan = ctx.spark, ctx.plan
     started = time.monotonic()
     topics = source_topics(plan)
@@ -109,7 +112,9 @@ def warm_up_plan(ctx: BuildContext, *, timeout: float = WARM_TIMEOUT) -> float:
             queries.append(w.start())
         deadline = started + timeout
         for q in queries:
-            q.awaitTermination(max(0.1, deadline - time.monotonic()))
+            while time.monotonic() < deadline and not (cancel is not None and cancel.is_set()):
+                if q.awaitTermination(min(0.5, max(0.1, deadline - time.monotonic()))):
+                    break
         for q in queries:
             if q.exception() is not None:
                 log.warning("warm-up: query %s failed: %s", q.name, q.exception())
