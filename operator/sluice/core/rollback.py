@@ -31,7 +31,8 @@ from sluice.core.manifest import validation_problems
 from sluice.core.naming import SPEC_FILE
 from sluice.core.rollout import REVERTIBLE, WAITING, Step
 from sluice.core.spec import QuerySpec
-from sluice.core.status import SHORT_HASH_LENGTH, merge_patch
+from sluice.core.status import merge_patch
+from sluice.core.status import short_hash as short
 
 #: the annotation that asks the operator for a rollback to the previous plan (any new value: one
 #: request; the Argo CD action writes the time)
@@ -47,10 +48,6 @@ UNDONE_STEPS = frozenset({*REVERTIBLE, *WAITING, Step.ROLLING_BACK, Step.FAILED}
 
 class RollbackError(ValueError):
     """A rollback that cannot be done; the message says why and what to do instead."""
-
-
-def short(plan_hash: str | None) -> str:
-    return str(plan_hash)[:SHORT_HASH_LENGTH] if plan_hash else "-"
 
 
 def pending_request(annotations: Mapping[str, Any] | None) -> str | None:

@@ -258,6 +258,11 @@ def merge_patch(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
 SHORT_HASH_LENGTH = 12
 
 
+def short_hash(plan_hash: str | None) -> str:
+    """A plan hash as it is shown (its first :data:`SHORT_HASH_LENGTH` characters; ``-`` for none)."""
+    return str(plan_hash)[:SHORT_HASH_LENGTH] if plan_hash else "-"
+
+
 def with_short_hash(status: dict[str, Any]) -> dict[str, Any]:
     """``status`` with ``plan.shortHash`` derived from ``plan.hash`` (a CRD printer column cannot cut a
     string); ``status`` itself when it is already right or there is no pinned plan."""

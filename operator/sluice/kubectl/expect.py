@@ -16,11 +16,7 @@ from typing import Any
 
 from sluice.core.rollout import BACKFILL, REVERTIBLE, Step, deployed_hash, next_action
 from sluice.core.spec import UpgradePolicy
-from sluice.core.status import SHORT_HASH_LENGTH
-
-
-def short(plan_hash: str | None) -> str:
-    return str(plan_hash)[:SHORT_HASH_LENGTH] if plan_hash else "-"
+from sluice.core.status import short_hash as short
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,8 @@ import argparse
 import json
 from typing import Any
 
-from sluice.core.rollback import RollbackError, short
+from sluice.core.rollback import RollbackError
+from sluice.core.status import short_hash as short
 from sluice.kubectl.connection import PluginError, flags_parent
 
 

@@ -24,11 +24,11 @@ from sluice.core.rollback import (
     kept_spec,
     missing_config_map,
     pending_request,
-    short,
     spec_patch,
 )
 from sluice.core.spec import QuerySpec
 from sluice.core.status import SHORT_HASH_LENGTH, EventReason
+from sluice.core.status import short_hash as short
 from sluice.crd.streamingquery import StreamingQuerySpec
 from sluice.operator.builders.plan import PLAN_HASH_KEY
 from sluice.operator.common import Env
