@@ -289,6 +289,7 @@ def run_elected(
             is taken over at once, the warm-up cancelled)."""
             def run() -> None:
                 nonlocal warmed
+                log.info("standby: warming up on the plan while another driver serves")
                 # the pod stays Ready ("standby"): readiness that flapped would disturb rollouts
                 took = warm_up_plan(prepared.ctx, cancel=cancel_warm_up)
                 warmed = True

@@ -10,6 +10,7 @@ loses it (:attr:`Elector.lost`). :meth:`Elector.may_write` is the write guard of
 from __future__ import annotations
 
 import datetime as dt
+import http.client
 import json
 import logging
 import threading
@@ -82,19 +83,22 @@ def released_recently(record: LeaseRecord, now: dt.datetime | None = None) -> bo
 
 
 def probe_holder(address: str | None, holder: str, timeout: float = PROBE_TIMEOUT) -> HolderProbe:
-    """Ask the holder's endpoint who it is (``GET /role``)."""
+    """Ask the holder's endpoint who it is (``GET /role``). Never raises: a holder killed while it
+    answers (headers sent, body cut: ``http.client.IncompleteRead``), or an answer that is no JSON
+    object, is UNKNOWN (the Lease's expiry decides then)."""
     if not address:
         return HolderProbe.UNKNOWN
     try:
         with urllib.request.urlopen(f"http://{address}/role", timeout=timeout) as resp:
-            answered = json.loads(resp.read()).get("identity")
+            body = json.loads(resp.read())
+        answered = body.get("identity") if isinstance(body, dict) else None
         return probe_verdict(str(answered) if answered else None, False, holder)
     except urllib.error.URLError as exc:
         refused = isinstance(exc.reason, ConnectionRefusedError)
         return probe_verdict(None, refused, holder)
     except ConnectionRefusedError:
         return HolderProbe.GONE
-    except (TimeoutError, OSError, ValueError):
+    except (TimeoutError, OSError, ValueError, http.client.HTTPException):
         return HolderProbe.UNKNOWN
 
 
@@ -207,7 +211,12 @@ class Elector:
                 lease = self._lease
                 observed = self._observed
             record = LeaseRecord.from_lease(lease) if lease is not None else None
-            decision = decide(record, self.identity, observed, self.clock(), self._probe(record))
+            try:
+                probe = self._probe(record)
+            except Exception as exc:  # a standby never dies of a probe: the Lease's expiry decides
+                log.warning("lease %s/%s: probe of the holder: %r", self.namespace, self.name, exc)
+                probe = HolderProbe.UNKNOWN
+            decision = decide(record, self.identity, observed, self.clock(), probe)
             if decision.why == Why.HELD and while_held is not None:
                 callback, while_held = while_held, None
                 callback()

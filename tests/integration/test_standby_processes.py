@@ -313,3 +313,41 @@ def test_handoff_on_request_and_on_sigterm(
         feed.stop()
         for d in drivers:
             d.stop()
+
+
+def test_a_holder_killed_while_the_standby_warms_up_late(
+    kafka: str, spark_jars: list[Path], tmp_path: Path, driver_env: tuple[Api, dict[str, str]],
+    query: tuple[Path, str, str],
+) -> None:
+    """Drivers started together: the one that lost the race warms up on the plan in the
+    background; kill -9 of the holder meanwhile: the warm-up is cancelled and the standby takes
+    over in the same process, exactly once."""
+    api, env = driver_env
+    plan, src, out = query
+    a = Driver(tmp_path, "q-driver-a", plan, tmp_path / "checkpoint", kafka, spark_jars, env, api)
+    b = Driver(tmp_path, "q-driver-b", plan, tmp_path / "checkpoint", kafka, spark_jars, env, api)
+    drivers = [a, b]
+    feed = Feed(kafka, src, record=lambda i: {"id": i, "amount": float(i % 5)})
+    try:
+        first = wait_until("one active driver", lambda: active_of(drivers), 240, drivers)
+        other = b if first is a else a
+        wait_until("the standby's late warm-up", lambda: "warming up on the plan while"
+                   in other.log.read_text(errors="replace"), 120, drivers)
+        first.signal(signal.SIGKILL)
+        first.proc.wait(30)
+        wait_until("the standby active", lambda: other.role().get("role") == "active", 60, drivers)
+        assert other.proc.poll() is None, other.tail()
+        said = other.log.read_text(errors="replace")
+        finished = "standby: warmed up on the plan" in said
+        assert not finished or "(cancelled: taking over)" in said, other.tail()
+        record = wait_until("the takeover's gap", lambda: (t := takeover(api)).to_pod == other.pod
+                            and t.gap_seconds is not None and t, 60, drivers)
+        assert record.from_pod == first.pod
+        time.sleep(4)
+        assert other.proc.poll() is None, other.tail()
+        sent = feed.stop()
+        exactly_once(kafka, out, sent, drivers)
+    finally:
+        feed.stop()
+        for d in drivers:
+            d.stop()
