@@ -24,83 +24,53 @@ REPO = Path(__file__).resolve().parent.parent
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 
 
-#: the folders whose tests need the machine's one real node (its bridge and iptables chains)
+E2E_UNIT = "tests/e2e"
+#: the folders whose tests form the e2e work unit: the e2e files and the real node's tests, which
+#: both need the machine's one real node (its bridge and iptables chains), so never at once
 NODE_FOLDERS = ("tests/e2e/", "tests/platform/")
 
 
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
-    """With ``-n``: a test file per work unit, the real node's tests one unit, handed out in the
-    order of ``pytest_collection_modifyitems`` (``tests/support/scheduling.py``): an e2e file
-    never starts on one worker while the real node's tests run on another (the e2e files share
-    one cluster on the real node, ``tests/e2e/shared.py``, and one real node runs per machine).
-    A worker gets its next unit when it starts the last test of the current one (xdist's default
-    takes more ahead, which leaves one worker with two long e2e files and the other idle)."""
+    """With ``-n``: a test file per work unit, except the e2e files and the real node's tests,
+    which form one unit (the e2e cluster fixture is set up once per worker that runs them, and
+    one real node runs per machine). No reordering by size: the collection order below decides,
+    and it puts the e2e unit, the longest, first."""
     from xdist.scheduler import LoadScopeScheduling
 
-    from tests.support.scheduling import NODE_UNIT, pick, unit_of
-
-    class Scheduling(LoadScopeScheduling):  # type: ignore[misc]
+    class Scheduling(LoadScopeScheduling):
         def _split_scope(self, nodeid: str) -> str:
-            return unit_of(nodeid)
-
-        def _node_tests_elsewhere(self, node: Any) -> bool:
-            for other, work in self.assigned_work.items():
-                unit = work.get(NODE_UNIT)
-                if other is not node and unit is not None and not all(unit.values()):
-                    return True
-            return False
-
-        def _assign_work_unit(self, node: Any) -> None:
-            unit = pick(list(self.workqueue), self._node_tests_elsewhere(node))
-            if unit is None:
-                return  # nothing may start here now: asked again when another worker completes a test
-            self.workqueue.move_to_end(unit, last=False)
-            super()._assign_work_unit(node)
-
-        def _reschedule(self, node: Any) -> None:
-            if node.shutting_down:
-                return
-            if not self.workqueue:
-                node.shutdown()
-                return
-            if self._pending_of(self.assigned_work.get(node, {})) > 1:
-                return
-            self._assign_work_unit(node)
-
-        def mark_test_complete(self, node: Any, item_index: int, duration: float = 0) -> None:
-            super().mark_test_complete(node, item_index, duration)
-            for other in self.nodes:  # a worker left waiting may start now
-                if other is not node:
-                    self._reschedule(other)
+            path = nodeid.split("::", 1)[0]
+            return E2E_UNIT if path.startswith(NODE_FOLDERS) else path
 
     config.option.loadscopereorder = False
     return Scheduling(config, log)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """The order of the tests, and every SparkSession of the run gets the connector jars.
+    """End-to-end tests run together, and every SparkSession of the run gets the connector jars.
 
-    Under xdist (``tests/support/scheduling.py``): the real node's tests, the e2e files longest
-    first, then the rest. In a plain run: the unit and integration tests, the real node's tests
-    (their node, a package fixture, is gone when the e2e cluster starts), then the e2e tests (their
-    cluster lives until the session ends).
+    The e2e cluster (a cluster-wide operator and the real node) lives from the first e2e test to
+    the end of the session (``tests/e2e`` is no package), so nothing else may run after them on
+    their worker: they are sorted last in a plain run, after the real node's tests, and first
+    under xdist (the real node's tests, then the e2e tests: one work unit), where the worker that
+    takes them starts on them at once and so sets the suite's length as little as possible.
 
     Jars load only when the JVM starts, i.e. with the first SparkSession of the process, whichever
     test module creates it; PYSPARK_SUBMIT_ARGS reaches that first launch.
     """
-    from tests.support import scheduling
+    distributed = hasattr(config, "workerinput")
 
-    def plain(item: pytest.Item) -> int:
+    def rank(item: pytest.Item) -> int:
+        """The real node's tests before the e2e tests: their node (a package fixture) is gone when
+        the e2e cluster starts, while the e2e cluster (``tests/e2e`` is no package: its fixture
+        lives until the session ends) would still hold the machine's one real node."""
         if item.nodeid.startswith(NODE_FOLDERS[1]):
-            return 1
+            return 0 if distributed else 1
         if item.get_closest_marker("e2e") is not None:
-            return 2
-        return 0
+            return 1 if distributed else 2
+        return 2 if distributed else 0
 
-    if hasattr(config, "workerinput"):
-        items.sort(key=lambda item: scheduling.rank(item.nodeid))
-    else:
-        items.sort(key=plain)  # stable: the rest keeps its order
+    items.sort(key=rank)  # stable: the rest keeps its order
     if not any(i.get_closest_marker("integration") or i.get_closest_marker("e2e") for i in items):
         return
     from sluice_dev.platform import sparkjars

@@ -12,46 +12,16 @@ from the test process (see docs/e2e.md).
 
 from __future__ import annotations
 
-import fcntl
 import json
 import os
 import signal
 import subprocess
 import time
 import uuid
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any
-
-
-class OperatorLock:
-    """An exclusive ``flock`` over a window in which one test stops the operator or upgrades its
-    chart: the e2e files of two xdist workers share one cluster (and its operator)."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self._handle: IO[str] | None = None
-
-    def acquire(self) -> None:
-        if self._handle is None:
-            handle = open(self.path, "a+")  # held until release
-            fcntl.flock(handle, fcntl.LOCK_EX)
-            self._handle = handle
-
-    def release(self) -> None:
-        if self._handle is not None:
-            self._handle.close()  # closing drops the flock
-            self._handle = None
-
-    @contextmanager
-    def held(self) -> Iterator[None]:
-        self.acquire()
-        try:
-            yield
-        finally:
-            self.release()
+from typing import Any
 
 
 @dataclass
@@ -68,8 +38,6 @@ class E2ECluster:
     runc_root: str | None = None
     #: labels of every test namespace (the real node's enforce ``restricted``)
     namespace_labels: dict[str, str] = field(default_factory=dict)
-    #: held while a test has the operator stopped or upgrades it (``stop_operator`` takes it)
-    operator_lock: OperatorLock | None = None
 
     # -- kubectl ---------------------------------------------------------------------------------
     def kubectl_result(self, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:

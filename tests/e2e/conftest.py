@@ -4,25 +4,20 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
 
 import pytest
-from cluster import E2ECluster, OperatorLock
+from cluster import E2ECluster
 from sluice_dev.platform import common
-
-from tests.support.shared import SharedState, run_dir, shared
 
 
 @pytest.fixture(scope="package")
 def cluster(request: pytest.FixtureRequest) -> Iterator[E2ECluster]:
     """A cluster with the operator running, from the first e2e test to the last one.
 
-    ``E2E_CLUSTER=kind``: the current kubeconfig's kind cluster; otherwise the real node (root),
-    one for all the xdist workers of the run (``tests/support/shared.py``): the first worker that
-    needs it starts it, the others attach, and it stops when every worker is done. One real node
-    runs per machine: it waits for the real node's tests (``tests/support/realnode.py``)."""
+    ``E2E_CLUSTER=kind``: the current kubeconfig's kind cluster; otherwise the real node (root).
+    The e2e tests run together (``tests/conftest.py`` sorts them so), the real node's tests in
+    the same xdist work unit: one real node runs per machine. Leaving the package stops it."""
     if os.environ.get("E2E_CLUSTER", "node") == "kind":
         kind = E2ECluster(
             kubeconfig=Path(os.environ.get("KUBECONFIG", str(Path.home() / ".kube" / "config"))),
@@ -35,33 +30,16 @@ def cluster(request: pytest.FixtureRequest) -> Iterator[E2ECluster]:
             kind.kubectl("scale", "deployment", "-n", "sluice-system", "-l", "app.kubernetes.io/name=sluice",
                          f"--replicas={replicas}")
 
-        lock = OperatorLock(run_dir(request.getfixturevalue("tmp_path_factory")) / "e2e-operator.lock")
-        kind.operator_lock = lock
-
-        def stop() -> None:
-            lock.acquire()
-            scale(0)
-
-        def start() -> None:
-            try:
-                scale(1)
-            finally:
-                lock.release()
-
-        kind.stop_operator, kind.start_operator = stop, start
+        kind.stop_operator = lambda: scale(0)
+        kind.start_operator = lambda: scale(1)
         yield kind
         return
-    factory: pytest.TempPathFactory = request.getfixturevalue("tmp_path_factory")
-    directory = run_dir(factory)
-    state = SharedState(directory, "e2e-cluster")
-    for info in shared(state, lambda: _real_node(factory.mktemp("e2e-node")), "the e2e cluster"):
-        yield _cluster(info, directory / "e2e-operator.lock")
+    yield from _on_the_real_node(request.getfixturevalue("tmp_path_factory").mktemp("e2e-node"))
 
 
-@contextmanager
-def _real_node(state: Path) -> Iterator[dict[str, Any]]:
+def _on_the_real_node(state: Path) -> Iterator[E2ECluster]:
     """The real node with the project's images loaded and the operator installed by the chart
-    (two replicas, leader election); what the workers need to reach it."""
+    (two replicas, leader election); test namespaces enforce ``restricted``."""
     from sluice_dev.images import build
     from sluice_dev.platform import chart, node
 
@@ -73,34 +51,13 @@ def _real_node(state: Path) -> Iterator[dict[str, Any]]:
             chart.install(real.kubeconfig, real.bin_dir, state / "operator" / "helm.log")
         except common.PlatformError as exc:
             pytest.fail(str(exc), pytrace=False)
-        yield {"kubeconfig": str(real.kubeconfig), "bin_dir": str(real.bin_dir), "bootstrap": real.kafka,
-               "runc_root": str(Path(real.info["runc_root"]) / "k8s.io")}
-
-
-def _cluster(info: dict[str, Any], operator_lock: Path) -> E2ECluster:
-    """The shared cluster as one worker's tests see it (test namespaces enforce ``restricted``).
-    Stopping the operator takes the run's operator lock until it is started again (a test of
-    another worker that stops it, or upgrades the chart, waits meanwhile)."""
-    from sluice_dev.platform import chart
-
-    kubeconfig, bin_dir = Path(info["kubeconfig"]), Path(info["bin_dir"])
-    lock = OperatorLock(operator_lock)
-
-    def stop() -> None:
-        lock.acquire()
-        chart.scale(kubeconfig, bin_dir, 0)
-
-    def start() -> None:
-        try:
-            chart.scale(kubeconfig, bin_dir, 2)
-        finally:
-            lock.release()
-
-    return E2ECluster(
-        kubeconfig=kubeconfig, kubectl_bin=bin_dir / "kubectl", bootstrap=str(info["bootstrap"]),
-        kind="node", runc_root=str(info["runc_root"]), namespace_labels=dict(chart.RESTRICTED),
-        stop_operator=stop, start_operator=start, operator_lock=lock,
-    )
+        yield E2ECluster(
+            kubeconfig=real.kubeconfig, kubectl_bin=real.bin_dir / "kubectl", bootstrap=real.kafka,
+            kind="node", runc_root=str(Path(real.info["runc_root"]) / "k8s.io"),
+            namespace_labels=dict(chart.RESTRICTED),
+            stop_operator=lambda: chart.scale(real.kubeconfig, real.bin_dir, 0),
+            start_operator=lambda: chart.scale(real.kubeconfig, real.bin_dir, 2),
+        )
 
 
 @pytest.fixture

@@ -8,7 +8,6 @@ path (``PlatformError``); nothing skips.
 
 from __future__ import annotations
 
-import fcntl
 import json
 import os
 import signal
@@ -41,25 +40,8 @@ class Node:
         }
 
 
-#: held (``flock``) while a test's real node runs: one real node per machine, so a second one (the
-#: e2e cluster on another xdist worker, a second test run) waits until the first one has stopped
-NODE_LOCK = Path("/tmp/sluice-real-node.lock")
-
-
-@contextmanager
-def machine_node_lock() -> Iterator[None]:
-    with open(NODE_LOCK, "a+") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        yield
-
-
 @contextmanager
 def running_node(state_dir: Path) -> Iterator[Node]:
-    with machine_node_lock():
-        yield from _running_node(state_dir)
-
-
-def _running_node(state_dir: Path) -> Iterator[Node]:
     from kubernetes import config
     from sluice_dev.platform import kafka, kube, node
 
