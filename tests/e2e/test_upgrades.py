@@ -89,6 +89,7 @@ def upgrade_ended(cluster: E2ECluster, ns: str, generation: int, *outcomes: str)
                                  UPGRADE_TIMEOUT))
 
 
+@pytest.mark.timeout(1800)  # five rollouts: 681 s in a CI run on a starved CPU, over 900 s under more load
 def test_in_place_upgrades_a_rollback_an_edit_mid_rollout_an_operator_restart_and_a_replace(
     cluster: E2ECluster, ns: str
 ) -> None:
