@@ -173,6 +173,18 @@ def exactly_once(kafka: str, topic: str, sent: int, drivers: list[Driver]) -> No
     assert problem is None, problem + "\n" + "\n".join(d.tail() for d in drivers)
 
 
+def settle_and_check(kafka: str, out: str, feed: Feed, drivers: list[Driver]) -> None:
+    """A few more seconds of input, then every record sent is in the output exactly once."""
+    time.sleep(4)
+    exactly_once(kafka, out, feed.stop(), drivers)
+
+
+def stop_all(feed: Feed, drivers: list[Driver]) -> None:
+    feed.stop()
+    for d in drivers:
+        d.stop()
+
+
 def query_plan(src: str, out: str, where: str = "amount >= 0") -> Plan:
     return plan_from_yaml(f"""\
   shufflePartitions: 2
@@ -235,9 +247,7 @@ def start_pair(tmp: Path, plan: Path, checkpoint: Path, kafka: str, jars: list[P
                    lambda: other.role().get("role") == "standby" and other.warmed_on_plan(), 240, drivers)
         assert not first.warmed_on_plan(), first.tail()  # nobody served: it started at once
     except BaseException:
-        feed.stop()
-        for d in drivers:
-            d.stop()
+        stop_all(feed, drivers)
         raise
     return drivers, feed, first, other
 
@@ -306,13 +316,9 @@ def test_handoff_on_request_and_on_sigterm(
         kept_epochs = [b["epoch"] for b in json.loads((checkpoint / "backstops.json").read_text())]
         assert kept_epochs == [first_term, second_term]
         assert all((checkpoint / "epochs" / str(e)).is_dir() for e in kept_epochs)  # never pruned
-        time.sleep(4)
-        sent = feed.stop()
-        exactly_once(kafka, out, sent, drivers)
+        settle_and_check(kafka, out, feed, drivers)
     finally:
-        feed.stop()
-        for d in drivers:
-            d.stop()
+        stop_all(feed, drivers)
 
 
 def test_a_holder_killed_while_the_standby_warms_up_late(
@@ -343,11 +349,7 @@ def test_a_holder_killed_while_the_standby_warms_up_late(
         record = wait_until("the takeover's gap", lambda: (t := takeover(api)).to_pod == other.pod
                             and t.gap_seconds is not None and t, 60, drivers)
         assert record.from_pod == first.pod
-        time.sleep(4)
-        assert other.proc.poll() is None, other.tail()
-        sent = feed.stop()
-        exactly_once(kafka, out, sent, drivers)
+        settle_and_check(kafka, out, feed, drivers)
+        assert other.proc.poll() is None, other.tail()  # alive after the takeover and seconds of output
     finally:
-        feed.stop()
-        for d in drivers:
-            d.stop()
+        stop_all(feed, drivers)
