@@ -309,11 +309,10 @@ def run_elected(
             set_pod_role(api, config.lease_namespace, pod, "standby")
             late = None if warmed else warm_up_late
             leadership = elector.wait_for_leadership(drain_requested, while_held=late)
+            cancel_warm_up.set()  # a late warm-up still running stops its queries first
             if leadership is None:
-                cancel_warm_up.set()
                 log.info("standby: stopped before taking over")
                 return 0
-            cancel_warm_up.set()  # a late warm-up still running stops its queries first
             for thread in warming:
                 thread.join(10)
             log.debug("active: %s threads at normal priority", set_priority(_own_pids(spark), 0))

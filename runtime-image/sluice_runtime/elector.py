@@ -211,12 +211,7 @@ class Elector:
                 lease = self._lease
                 observed = self._observed
             record = LeaseRecord.from_lease(lease) if lease is not None else None
-            try:
-                probe = self._probe(record)
-            except Exception as exc:  # a standby never dies of a probe: the Lease's expiry decides
-                log.warning("lease %s/%s: probe of the holder: %r", self.namespace, self.name, exc)
-                probe = HolderProbe.UNKNOWN
-            decision = decide(record, self.identity, observed, self.clock(), probe)
+            decision = decide(record, self.identity, observed, self.clock(), self._probe(record))
             if decision.why == Why.HELD and while_held is not None:
                 callback, while_held = while_held, None
                 callback()
