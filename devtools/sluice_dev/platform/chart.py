@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -23,6 +24,9 @@ RELEASE = "sluice"
 NAMESPACE = "sluice-system"
 #: the Deployment the chart names ``<release>-operator``
 DEPLOYMENT = f"{RELEASE}-operator"
+#: the Service of the admission webhook: it selects the leader only (``sluice.dev/leader=true``), so
+#: the operator's pods are Ready some seconds before anything serves it
+WEBHOOK_SERVICE = f"{DEPLOYMENT}-webhook"
 #: what every namespace of ours enforces (and so every pod we run must pass)
 RESTRICTED = {
     "pod-security.kubernetes.io/enforce": "restricted",
@@ -57,8 +61,8 @@ def install(
     extra: Sequence[str] = (),
 ) -> None:
     """Install (or upgrade) the chart into ``namespace`` (created enforcing ``restricted``) and wait
-    until the operator's Deployment is available; PlatformError naming the log otherwise (with the
-    operator pods' state and last log lines appended to the log)."""
+    until the operator's Deployment is available and its leader serves the webhook; PlatformError
+    naming the log otherwise (with the operator pods' state and last log lines appended to it)."""
     env, kubectl = _env(kubeconfig, bin_dir), str(bin_dir / "kubectl")
     log_path.parent.mkdir(parents=True, exist_ok=True)
     applied = subprocess.run(
@@ -72,6 +76,7 @@ def install(
             COMPONENT, helm_argv(str(bin_dir / "helm"), namespace=namespace, replicas=replicas, extra=extra),
             log_path=log_path, env=env, timeout=360,
         )
+        wait_webhook_served(kubeconfig, bin_dir, namespace=namespace)
     except PlatformError:
         with open(log_path, "a") as log:
             for args in (["get", "pods", "-n", namespace, "-o", "wide"],
@@ -96,11 +101,44 @@ def scale(kubeconfig: Path, bin_dir: Path, replicas: int, *, namespace: str = NA
 
 
 def available(kubeconfig: Path, bin_dir: Path, *, namespace: str = NAMESPACE) -> bool:
-    """Is the chart's operator Deployment there with an available replica?"""
+    """Is the chart's operator Deployment there with an available replica, and the webhook served?"""
     out = subprocess.run(
         [str(bin_dir / "kubectl"), "get", "deployment", DEPLOYMENT, "-n", namespace, "-o", "json"],
         capture_output=True, text=True, env=_env(kubeconfig, bin_dir), check=False, timeout=60,
     )
     if out.returncode != 0:
         return False
-    return int(json.loads(out.stdout).get("status", {}).get("availableReplicas") or 0) > 0
+    if int(json.loads(out.stdout).get("status", {}).get("availableReplicas") or 0) <= 0:
+        return False
+    return webhook_served(kubeconfig, bin_dir, namespace=namespace)
+
+
+def webhook_served(kubeconfig: Path, bin_dir: Path, *, namespace: str = NAMESPACE) -> bool:
+    """Does a ready endpoint serve the webhook Service (a leader elected and its webhook published)?
+    True when the chart has no webhook Service."""
+    out = subprocess.run(
+        [str(bin_dir / "kubectl"), "get", "endpointslices", "-n", namespace,
+         "-l", f"kubernetes.io/service-name={WEBHOOK_SERVICE}", "-o", "json"],
+        capture_output=True, text=True, env=_env(kubeconfig, bin_dir), check=False, timeout=60,
+    )
+    if out.returncode != 0:
+        return False
+    slices = json.loads(out.stdout).get("items") or []
+    if not slices:
+        service = subprocess.run(
+            [str(bin_dir / "kubectl"), "get", "service", WEBHOOK_SERVICE, "-n", namespace],
+            capture_output=True, text=True, env=_env(kubeconfig, bin_dir), check=False, timeout=60,
+        )
+        return service.returncode != 0  # no Service: nothing to wait for
+    return any((e.get("conditions") or {}).get("ready") for s in slices for e in s.get("endpoints") or [])
+
+
+def wait_webhook_served(kubeconfig: Path, bin_dir: Path, *, namespace: str = NAMESPACE,
+                        timeout: float = 120.0) -> None:
+    """Wait until the webhook is served (PlatformError after ``timeout`` seconds)."""
+    deadline = time.monotonic() + timeout
+    while not webhook_served(kubeconfig, bin_dir, namespace=namespace):
+        if time.monotonic() > deadline:
+            raise PlatformError(COMPONENT, f"no operator serves the webhook Service {namespace}/"
+                                f"{WEBHOOK_SERVICE} {timeout:.0f}s after the chart's pods were ready")
+        time.sleep(1.0)
