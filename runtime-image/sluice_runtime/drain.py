@@ -145,9 +145,11 @@ class Drainable:
     checkpoint: str
 
 
-def drain(gate: BatchGate, queries: Iterable[Drainable], timeout: float = 300.0) -> bool:
-    """Drain the queries; True when every query ended on a committed batch."""
-    queries = list(queries)
+def close(gate: BatchGate, queries: Iterable[Drainable], timeout: float = 300.0) -> bool:
+    """Steps 1 and 2 of a drain: close the gate, let the batch inside it finish, wait for its
+    ``commits/N``. Afterwards nothing more is written, neither output nor a commit: a driver under
+    election may release its Lease now and stop its queries after (:func:`stop`). True when every
+    query's last batch through the gate is committed."""
     log.info("drain: closing the batch gate")
     if not gate.close(timeout):
         log.error("drain: a batch is still writing after %ss; stopping anyway", timeout)
@@ -157,6 +159,13 @@ def drain(gate: BatchGate, queries: Iterable[Drainable], timeout: float = 300.0)
         if done is not None and not wait_for_commit(q.checkpoint, done, timeout=60.0):
             log.error("drain: commits/%s of %s did not appear", done, q.name)
             clean = False
+    return clean
+
+
+def stop(gate: BatchGate, queries: Iterable[Drainable]) -> None:
+    """Steps 3 and 4 of a drain (after :func:`close`): stop the queries, and remove the offset-log
+    entries of batches held at the gate."""
+    queries = list(queries)
     # Held batches must give up their py4j callback before stop(): a JVM thread blocked in a
     # Python callback does not react to stop()'s interrupt.
     gate.release()
@@ -169,4 +178,12 @@ def drain(gate: BatchGate, queries: Iterable[Drainable], timeout: float = 300.0)
         removed = roll_back_unstarted(q.checkpoint)
         if removed:
             log.info("drain: %s: removed unstarted batches %s from the offset log", q.name, removed)
+
+
+def drain(gate: BatchGate, queries: Iterable[Drainable], timeout: float = 300.0) -> bool:
+    """Drain the queries (:func:`close`, then :func:`stop`); True when every query ended on a
+    committed batch."""
+    queries = list(queries)
+    clean = close(gate, queries, timeout)
+    stop(gate, queries)
     return clean

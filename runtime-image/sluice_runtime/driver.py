@@ -140,10 +140,12 @@ def supervise(
         stop_monitor.set()
 
 
-def finish(pipeline: Pipeline, state: RuntimeState, end: str, close_sink: bool = True) -> int:
-    """Stop the term's queries the way ``end`` asks; the exit code it stands for. ``close_sink``:
-    also close the exactly-once sink (a driver that releases a Lease closes it after the release)."""
-    code = 0
+def close_writes(pipeline: Pipeline, state: RuntimeState, end: str) -> int:
+    """The first half of ending a term: make sure nothing more is written (the exit code it stands
+    for). A drain or a hand-off closes the batch gate and waits for the commit of the batch inside
+    it (:func:`sluice_runtime.drain.close`); a lost Lease closes the gate at once (the write guard
+    already refuses every batch). A driver under election releases its Lease after this, before
+    :func:`stop_queries`: its successor need not wait for Spark to stop."""
     if end in (DRAIN, HANDOFF):
         state.health.draining = True
         try:
@@ -152,24 +154,36 @@ def finish(pipeline: Pipeline, state: RuntimeState, end: str, close_sink: bool =
                 log.info("draining after batch %s: %s", last["batchId"], dict(last["durationMs"] or {}))
         except Exception as exc:  # the query may have failed
             log.debug("no last progress: %s", exc)
-        clean = drain_mod.drain(pipeline.gate, pipeline.queries())
+        clean = drain_mod.close(pipeline.gate, pipeline.queries())
         log.info("drained%s", "" if clean else " (a commit did not appear in time)")
-        code = 0 if clean else 1
-    elif end == LOST:
-        # the write guard already refuses every batch; stop without waiting for anything
+        return 0 if clean else 1
+    if end == LOST:
         pipeline.gate.close(timeout=0)
         pipeline.gate.release()
-    if end in (FAILED, LOST):
-        code = 1
+    return 1 if end in (FAILED, LOST) else 0
+
+
+def stop_queries(pipeline: Pipeline, state: RuntimeState, end: str) -> None:
+    """The second half: stop the term's queries (a drained one also forgets the batches held at
+    its gate, :func:`sluice_runtime.drain.stop`)."""
+    if end in (DRAIN, HANDOFF):
+        drain_mod.stop(pipeline.gate, pipeline.queries())
     for q in pipeline.all_queries():
         try:
             if q.isActive:
                 q.stop()
         except Exception:
             pass
+    state.health.active = False
+
+
+def finish(pipeline: Pipeline, state: RuntimeState, end: str, close_sink: bool = True) -> int:
+    """Stop the term's queries the way ``end`` asks; the exit code it stands for. ``close_sink``:
+    also close the exactly-once sink."""
+    code = close_writes(pipeline, state, end)
+    stop_queries(pipeline, state, end)
     if close_sink and pipeline.eos_sink is not None:
         pipeline.eos_sink.close()
-    state.health.active = False
     return code
 
 
@@ -440,7 +454,10 @@ def _run_term(config: RunConfig, prepared: Prepared, state: RuntimeState, drain_
     end = supervise(pipeline, state, drain_requested, elector, every_tick, progress)
     request = elector.handoff_request
     failure = (pipeline.failure or reports.query_failure(pipeline.all_queries())) if end == FAILED else None
-    code = finish(pipeline, state, end, close_sink=False)
+    code = close_writes(pipeline, state, end)
+    handing_over = end in (DRAIN, HANDOFF)
+    if not handing_over:
+        stop_queries(pipeline, state, end)
     if failure is not None:
         reports.report_exception(api, namespace, pod, plan, plan_hash, reports.ACTIVE, failure)
     if end == LOST:
@@ -453,4 +470,15 @@ def _run_term(config: RunConfig, prepared: Prepared, state: RuntimeState, drain_
         elector.release()
     if pipeline.eos_sink is not None:  # after the release: the successor need not wait for it
         pipeline.eos_sink.close()
+    if handing_over:
+        # Released with the queries still there, held at the closed gate: the successor starts
+        # while they stop. A drained driver with a local master exits without stopping them
+        # (run_elected); otherwise they stop now, at the standby's priority.
+        state.health.active = False
+        if end == HANDOFF or not config.master.startswith("local"):
+            log.info("released: stopping the queries held at the gate")
+            set_priority(_own_pids(prepared.ctx.spark), STANDBY_NICE)
+            stop_queries(pipeline, state, end)
+        else:
+            log.info("released: the queries stay held at the gate until the process ends")
     return end, code

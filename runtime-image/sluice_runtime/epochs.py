@@ -73,7 +73,12 @@ def _link_tree(src: Path, dst: Path, skip: set[str]) -> int:
         for name in files:
             if name.endswith(".tmp"):
                 continue  # a write that never finished (Spark renames when done)
-            os.link(Path(root) / name, dst / rel / name)
+            try:
+                os.link(Path(root) / name, dst / rel / name)
+            except FileNotFoundError:
+                # removed since the walk listed it: Spark purging old log entries or state files
+                # (a former holder's queries may still run, held at their closed gate)
+                continue
             count += 1
     return count
 

@@ -93,8 +93,9 @@ class TransactionalSink:
         self.skipped: list[int] = []
         self._starting: threading.Thread | None = None
         self._start_error: BaseException | None = None
-        #: seconds the last batch took in all (``batch``: Spark's job, producing, committing) and
-        #: committing its transaction (``commit``)
+        #: seconds the last batch took in all (``batch``: Spark's job, producing, committing),
+        #: waiting for the producer's start (``init``: a takeover's first batch) and committing its
+        #: transaction (``commit``)
         self.last_timings: dict[str, float] = {}
 
     # -- lifecycle -------------------------------------------------------------------------
@@ -213,7 +214,9 @@ class TransactionalSink:
 
         if self.fenced:
             raise FencedError(f"query {self.query_id}: producer fenced by a newer driver")
+        waiting = time.monotonic()
         self._await_start()
+        self.last_timings["init"] = time.monotonic() - waiting
         if self._producer is None:
             self.init()
         self._ensure_marker()
@@ -236,7 +239,7 @@ class TransactionalSink:
             marker = [TopicPartition(self.topic, 0, batch_id + 1)]
             producer.send_offsets_to_transaction(marker, self._consumer.consumer_group_metadata(), 30)
             producer.commit_transaction(60)
-            self.last_timings = {"commit": time.monotonic() - committing}
+            self.last_timings["commit"] = time.monotonic() - committing
         except KafkaException as exc:
             err = exc.args[0] if exc.args else None
             fatal = bool(err is not None and hasattr(err, "fatal") and err.fatal())

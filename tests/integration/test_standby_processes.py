@@ -293,6 +293,10 @@ def test_handoff_on_request_and_on_sigterm(
         wait_until("the old active back to standby", lambda: first.role().get("role") == "standby", 60,
                    drivers)
         assert first.proc.poll() is None
+        # it released the Lease as soon as its last batch was committed, and stopped its queries
+        # (held at the closed gate) only after that: the successor never waits for Spark's stop
+        said = first.log.read_text(errors="replace")
+        assert 0 <= said.find("released to") < said.find("released: stopping the queries held"), first.tail()
         wait_until("its label", lambda: api.pod_labels(first.pod).get("sluice.dev/role") == "standby", 30,
                    drivers)
         time.sleep(4)
@@ -305,6 +309,8 @@ def test_handoff_on_request_and_on_sigterm(
         said = other.log.read_text(errors="replace")
         assert "successor committed" in said or "successor starting" in said, other.tail()
         assert "exiting (0) without stopping Spark" in said, other.tail()
+        assert "released: the queries stay held at the gate" in said, other.tail()
+        assert "removed unstarted batches" not in said.split("lease q-driver released")[-1], other.tail()
         wait_until("the first driver active again", lambda: first.role().get("role") == "active", 60, drivers)
         record = wait_until("the second gap", lambda: (t := takeover(api)).to_pod == first.pod
                             and t.gap_seconds is not None and t, 60, drivers)

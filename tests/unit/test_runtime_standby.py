@@ -53,6 +53,29 @@ def test_an_epoch_links_the_previous_one_and_is_fenced_from_it(tmp_path: Path) -
     assert (second / "commits" / "0").exists()
 
 
+def test_a_file_the_former_holder_removes_while_the_epoch_is_linked_is_skipped(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A drained driver releases its Lease before its queries stop, so Spark may still purge old
+    log entries of its epoch while the successor links it: a file listed, then gone, is left out,
+    and the rest of the epoch is linked."""
+    first, _ = epochs.prepare(tmp_path, 1)
+    spark_checkpoint(first, 3)
+    real_walk = os.walk
+
+    def walk_then_purge(top: str | os.PathLike[str]):  # type: ignore[no-untyped-def]
+        for root, dirs, files in real_walk(top):
+            if Path(root).name == "offsets" and (Path(root) / "0").exists():
+                (Path(root) / "0").unlink()  # the purge runs between the listing and the link
+            yield root, dirs, files
+
+    monkeypatch.setattr(epochs.os, "walk", walk_then_purge)
+    second, _ = epochs.prepare(tmp_path, 2)
+    assert not (second / "offsets" / "0").exists()
+    assert sorted(p.name for p in (second / "offsets").iterdir()) == ["1", "2"]
+    assert sorted(p.name for p in (second / "commits").iterdir()) == ["0", "1", "2"]
+
+
 def test_prepare_is_idempotent_and_skips_missing_epochs(tmp_path: Path) -> None:
     first, _ = epochs.prepare(tmp_path, 1)
     spark_checkpoint(first, 1)
