@@ -13,10 +13,6 @@ successive takeovers):
 
 ``MODE:POLICY`` runs a mode with the source's malformed policy set to ``POLICY`` (default
 ``deadLetter``, which adds a dead-letter query; ``skip`` has none), e.g. ``plan:skip``.
-``MODE:POLICY:group`` gives the query a consumer group, as the operator does: the sources then
-read with that fixed ``kafka.group.id``, and the first batch may reuse the Kafka consumers the
-warm-up opened in the same JVM; without it Spark gives every query a unique group id (what
-``groupIdPrefix`` did), e.g. ``plan`` against ``plan:deadLetter:group``.
 
 Input flows at ``--rate`` records/s into an exactly-once query (the benches' ``SELECT id, k``).
 Prints, per run, the time from ``start`` to the first committed batch and Spark's durationMs of
@@ -75,15 +71,13 @@ def child(args: argparse.Namespace) -> int:
     from sluice_runtime.pipeline import prepare_pipeline, start_pipeline
     from sluice_runtime.session import create_spark
 
-    warm_up, _, variant = args.mode.partition(":")
-    malformed, _, group = variant.partition(":")
+    warm_up, _, malformed = args.mode.partition(":")
     plan = plan_for(args.src, args.out, args.query, malformed or "deadLetter")
     jars = json.loads(args.jars)
     spark = create_spark(plan, "local[2]", {"spark.sql.shuffle.partitions": "2"}, jars, own_session=True)
     t = time.monotonic()
     prepared = prepare_pipeline(spark, plan, bootstrap=args.bootstrap, query_id=args.query_id,
-                                warm_up=warm_up,
-                                consumer_group=f"bench.{args.query_id}" if group == "group" else None)
+                                warm_up=warm_up)
     warm = time.monotonic() - t
     time.sleep(2)
     checkpoint = Path(args.checkpoint)

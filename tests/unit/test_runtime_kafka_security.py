@@ -150,14 +150,14 @@ def test_ids_from_operator_win_over_derivation() -> None:
     assert marker_group("q", "ck1") == "sluice-eos-q-ck1"
 
 
-def test_source_options_carry_the_query_s_group() -> None:
+def test_source_options_carry_the_group_prefix() -> None:
     from sluice_runtime.steps import BuildContext
 
     sec = from_env({"SLUICE_KAFKA_TLS": "true"})
     ctx = BuildContext(spark=None, plan=None, bootstrap="h:1", query_id="q",  # type: ignore[arg-type]
                        security=sec, consumer_group="shop.ns.q.v1")
     assert ctx.kafka_options() == {"kafka.bootstrap.servers": "h:1", "kafka.security.protocol": "SSL"}
-    assert ctx.source_options() == {**ctx.kafka_options(), "kafka.group.id": "shop.ns.q.v1"}
+    assert ctx.source_options() == {**ctx.kafka_options(), "groupIdPrefix": "shop.ns.q.v1"}
 
 
 # -- the Kafka connector fallback (no network: only the settings are checked) -----------------

@@ -115,7 +115,7 @@ def test_tls_and_sasl_reach_every_kafka_client() -> None:
         "kafka.sasl.mechanism": "SCRAM-SHA-512",
         "kafka.sasl.jaas.config": "org.apache.kafka.common.security.scram.ScramLoginModule required "
                                   'username="orders-app" password="s3cr\\"t";',
-        "kafka.group.id": ident.consumer_group,
+        "groupIdPrefix": ident.consumer_group,
     }
 
 

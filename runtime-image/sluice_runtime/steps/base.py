@@ -52,19 +52,14 @@ class BuildContext:
         return spark_kafka_options(self.bootstrap, self.security)
 
     def source_options(self) -> dict[str, str]:
-        """:meth:`kafka_options` plus the query's consumer group as the sources' ``kafka.group.id``
-        (when the query has one).
+        """:meth:`kafka_options` plus the source's consumer group prefix (when the query has one).
 
-        A fixed id, not ``groupIdPrefix`` (Spark would append a unique suffix per query): Spark
-        pools the Kafka consumers its tasks read with by group id and partition, in the JVM, so the
-        consumers the plan's warm-up opened are the ones a takeover's first batch reads with, in
-        the same process, instead of new ones. Spark assigns partitions itself and commits no
-        offsets to Kafka (the group never joins or commits), and a pooled consumer is lent to one
-        task at a time, so the main and the dead-letter query may share the id.
+        ``groupIdPrefix``, not ``kafka.group.id``: Spark appends a unique suffix per query, so the
+        dead-letter query reading the same topic never shares a consumer with the main one.
         """
         opts = self.kafka_options()
         if self.consumer_group:
-            opts["kafka.group.id"] = self.consumer_group
+            opts["groupIdPrefix"] = self.consumer_group
         return opts
 
 
