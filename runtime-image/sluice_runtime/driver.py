@@ -177,12 +177,12 @@ def stop_queries(pipeline: Pipeline, state: RuntimeState, end: str) -> None:
     state.health.active = False
 
 
-def finish(pipeline: Pipeline, state: RuntimeState, end: str, close_sink: bool = True) -> int:
-    """Stop the term's queries the way ``end`` asks; the exit code it stands for. ``close_sink``:
-    also close the exactly-once sink."""
+def finish(pipeline: Pipeline, state: RuntimeState, end: str) -> int:
+    """Without election: stop the term's queries the way ``end`` asks and close the exactly-once
+    sink; the exit code it stands for."""
     code = close_writes(pipeline, state, end)
     stop_queries(pipeline, state, end)
-    if close_sink and pipeline.eos_sink is not None:
+    if pipeline.eos_sink is not None:
         pipeline.eos_sink.close()
     return code
 
