@@ -186,14 +186,15 @@ def percentile(values: list[float], q: float) -> float:
 
 
 def measure_event(p: Platform, watcher: Watcher, ns: str, name: str, before: str | None,
-                  t0: float) -> tuple[float, dict[str, Any]]:
-    """Wait for the new driver's takeover record (its first commit) after the event at ``t0``,
-    let output flow again, and return the output gap and the takeover record."""
+                  t0: float, interval: float = 0.5) -> tuple[float, dict[str, Any]]:
+    """Wait for the new driver's takeover record (its first commit) after the event at ``t0``
+    (polled every ``interval`` seconds), let output flow again, and return the output gap and the
+    takeover record."""
     def recorded() -> dict[str, Any] | None:
         g = p.lease_gap(ns, name)
         return g if g.get("time") != before and g.get("gapSeconds") is not None else None
 
-    runtime_gap = eventually(recorded, what="the takeover gap", timeout=300, interval=0.5)
+    runtime_gap = eventually(recorded, what="the takeover gap", timeout=300, interval=interval)
     taken = time.monotonic() - t0
     time.sleep(8)  # output flowing again
     gap, at = watcher.longest_silence(t0, time.monotonic())
