@@ -332,8 +332,9 @@ def run_elected(
             log.debug("active: %s threads at normal priority", set_priority(_own_pids(spark), 0))
             end, code = _term(config, prepared, state, drain_requested, elector, api, pod, leadership)
             warmed = True  # it ran the plan as the active driver
-            if end in (HANDOFF, LOST):
+            if end == LOST:
                 set_priority(_own_pids(spark), STANDBY_NICE)
+            if end in (HANDOFF, LOST):  # a hand-off lowered it before stopping its queries
                 continue
             if end == DRAIN:
                 stay_out_of_the_way(elector, leadership.epoch)
