@@ -149,6 +149,13 @@ class Driver:
         return f"--- {self.pod} ---\n" + "\n".join(kept[-40:])
 
 
+#: how long a term's first commit may take: a deadline, not a measurement (the gaps are measured by
+#: the benchmarks). On the 2-core CI machine, saturated by the e2e pods of the other worker, a
+#: standby whose holder was killed before its first batch planned that batch 10 s after it took
+#: over and was still running it 60 s later (CI, 2026-11-26)
+FIRST_COMMIT = 180.0
+
+
 def wait_until(what: str, check: Any, timeout: float, drivers: list[Driver]) -> Any:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -222,7 +229,7 @@ def progress_of_term(api: Api, plan_hash: str, drivers: list[Driver]) -> Progres
         ok = record is not None and record.epoch == term and record.batches > 0 and record.progress_events > 0
         return record if ok else None
 
-    record: Progress = wait_until("the holder's progress on the Lease", check, 60, drivers)
+    record: Progress = wait_until("the holder's progress on the Lease", check, FIRST_COMMIT, drivers)
     assert record.plan_hash == plan_hash
     return record
 
@@ -280,7 +287,7 @@ def test_handoff_on_request_and_on_sigterm(
         fresh, term = holder_progress(api)  # the acquire wrote a record of the new term at once
         assert fresh is not None and fresh.epoch == term > first_term, fresh
         record = wait_until("the hand-off gap recorded",
-                            lambda: (t := takeover(api)).gap_seconds is not None and t, 60, drivers)
+                            lambda: (t := takeover(api)).gap_seconds is not None and t, FIRST_COMMIT, drivers)
         assert (record.from_pod, record.to_pod, record.kind) == (first.pod, other.pod, "HandedOff")
         second_term = progress_of_term(api, hashes[other.pod], drivers).epoch
         # it took over from another plan: the epoch that plan wrote last is kept as a backstop
@@ -313,7 +320,7 @@ def test_handoff_on_request_and_on_sigterm(
         assert "removed unstarted batches" not in said.split("lease q-driver released")[-1], other.tail()
         wait_until("the first driver active again", lambda: first.role().get("role") == "active", 60, drivers)
         record = wait_until("the second gap", lambda: (t := takeover(api)).to_pod == first.pod
-                            and t.gap_seconds is not None and t, 60, drivers)
+                            and t.gap_seconds is not None and t, FIRST_COMMIT, drivers)
         assert record.reason == "released"
         third_term = progress_of_term(api, hashes[first.pod], drivers).epoch
         assert third_term > second_term
@@ -353,7 +360,7 @@ def test_a_holder_killed_while_the_standby_warms_up_late(
         finished = "standby: warmed up on the plan" in said
         assert not finished or "(cancelled: taking over)" in said, other.tail()
         record = wait_until("the takeover's gap", lambda: (t := takeover(api)).to_pod == other.pod
-                            and t.gap_seconds is not None and t, 60, drivers)
+                            and t.gap_seconds is not None and t, FIRST_COMMIT, drivers)
         assert record.from_pod == first.pod
         settle_and_check(kafka, out, feed, drivers)
         assert other.proc.poll() is None, other.tail()  # alive after the takeover and seconds of output
