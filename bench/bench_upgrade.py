@@ -14,13 +14,16 @@ event, interleaved (AB AB ...), ``--events`` each:
 
 The output gap of an event is the longest output silence from the event until output has flowed
 again for a while; the runtime's ``gapSeconds`` (old plan's last commit to the new plan's first,
-from the Lease) is printed next to it.
+from the Lease) is printed next to it. Before each event, every query is settled and its output
+flowing, then the benchmark waits ``--settle`` seconds more (default 0): a restarted JVM keeps a
+core busy for minutes after its first commit, so on a small machine the previous event would
+otherwise compete with the next one; the load at the event is printed with it.
 
 * ``replace`` (``--kinds``; ``bench/bench_replace.py`` runs it against ``upgrade``): an edit of
   query ``rep`` that adds or removes a second (empty) source with UNION ALL, a replace with
   hand-off: plan version N+1 on a new checkpoint starts where version N's output ends.
 
-    python bench/bench_upgrade.py [--events 5] [--rate 20] [--kinds upgrade,restart]
+    python bench/bench_upgrade.py [--events 5] [--rate 20] [--kinds upgrade,restart] [--settle 0]
 
 Needs nothing running: it starts the platform and the operator like ``make demo`` (and leaves them
 running). Prints one line per event, p50/p95 per kind, the ratio, and lost/duplicated records.
@@ -60,6 +63,16 @@ QUERY = {"upgrade": "up", "replace": "rep", "restart": "cold"}
 POLL = 2.0
 
 
+def machine_load() -> str:
+    """The load average and the CPU pressure (Linux PSI, ``some avg10``) right now."""
+    load = Path("/proc/loadavg").read_text().split()[0]
+    try:
+        some = Path("/proc/pressure/cpu").read_text().splitlines()[0].split()[1].split("=")[1]
+    except (OSError, IndexError):
+        some = "n/a"
+    return f"load {load}, cpu pressure {some} %"
+
+
 def status(p: Platform, ns: str, name: str) -> dict[str, Any]:
     return dict(json.loads(p.kubectl("get", "sq", name, "-n", ns, "-o", "json")).get("status") or {})
 
@@ -69,6 +82,8 @@ def main(kinds: tuple[str, ...] = ("upgrade", "restart"), doc: str | None = None
     parser.add_argument("--events", type=int, default=5)
     parser.add_argument("--rate", type=float, default=20.0)
     parser.add_argument("--state-dir", type=Path, default=REPO / ".platform")
+    parser.add_argument("--settle", type=float, default=0.0,
+                        help="seconds to wait before each event once every query is settled")
     parser.add_argument("--kinds", default=",".join(kinds),
                         help=f"of {', '.join(KINDS)}; the last is the baseline")
     args = parser.parse_args()
@@ -101,9 +116,12 @@ def main(kinds: tuple[str, ...] = ("upgrade", "restart"), doc: str | None = None
     for round_ in range(args.events):
         for kind in chosen:
             name = QUERY[kind]
-            eventually(lambda n=name: settled(n), what=f"{name} settled", timeout=600, interval=0.5)
-            eventually(lambda n=name: watchers[n].flowing(), what=f"{name}'s output flowing", timeout=600,
-                       interval=0.5)
+            for other in watchers:  # every query, so that no event still runs when this one starts
+                eventually(lambda n=other: settled(n), what=f"{other} settled", timeout=600, interval=POLL)
+                eventually(lambda n=other: watchers[n].flowing(), what=f"{other}'s output flowing",
+                           timeout=600, interval=0.5)
+            time.sleep(args.settle)
+            load = machine_load()
             before = p.lease_gap(ns, name).get("time")
             t0 = time.monotonic()
             if kind in ("upgrade", "replace"):
@@ -129,7 +147,7 @@ def main(kinds: tuple[str, ...] = ("upgrade", "restart"), doc: str | None = None
             print(f"round {round_ + 1} {kind:8s} output gap {gap:6.2f}s  runtime gap "
                   f"{runtime_gap.get('gapSeconds')}s ({runtime_gap.get('reason')}); the longest silence "
                   f"began {runtime_gap['silenceAt']}s after the event, the takeover was recorded at "
-                  f"{runtime_gap['recordedAt']}s", flush=True)
+                  f"{runtime_gap['recordedAt']}s; at the event: {load}", flush=True)
     for name, w in watchers.items():
         sent, lost, dup = w.stop()
         print(f"query {name}: {sent} records sent, {lost} lost, {dup} duplicated (read_committed)")
