@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import signal
 import sys
 import time
@@ -65,7 +66,7 @@ POLL = 2.0
 
 def machine_load() -> str:
     """The load average and the CPU pressure (Linux PSI, ``some avg10``) right now."""
-    load = Path("/proc/loadavg").read_text().split()[0]
+    load = f"{os.getloadavg()[0]:.2f}"
     try:
         some = Path("/proc/pressure/cpu").read_text().splitlines()[0].split()[1].split("=")[1]
     except (OSError, IndexError):
