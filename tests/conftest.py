@@ -16,12 +16,16 @@ from typing import Any
 import pytest
 from sluice_dev.platform import common
 
+from tests.support.jvm import TEST_JVM_OPTS
 from tests.support.namespaces import fresh_namespace
 
 REPO = Path(__file__).resolve().parent.parent
 
 # Spark binds its driver to loopback in tests (not to the address the host name resolves to).
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+# Every Spark driver JVM the tests start (in the test process, or a runtime process it starts)
+# compiles with C1 only: see tests/support/jvm.py.
+os.environ.setdefault("SPARK_SUBMIT_OPTS", TEST_JVM_OPTS)
 
 
 E2E_UNIT = "tests/e2e"

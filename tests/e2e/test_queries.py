@@ -17,6 +17,8 @@ from cluster import E2ECluster
 from confluent_kafka import Consumer, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from tests.support.jvm import TEST_JVM_OPTS
+
 pytestmark = pytest.mark.e2e
 
 READY_TIMEOUT = 300.0
@@ -69,7 +71,10 @@ def cluster_doc(ns: str, bootstrap: str, service_id: str = "e2e", **extra: Any) 
         "metadata": {"name": "default", "namespace": ns},
         "spec": {"serviceId": service_id, "kafka": {"bootstrapServers": bootstrap},
                  "driver": {"requests": {"cpu": "100m", "memory": "512Mi"}},
-                 "sparkConf": {"spark.driver.memory": "768m"}, **extra},
+                 # the drivers' JVMs compile with C1 only, as the test processes' do (see
+                 # tests/support/jvm.py); Spark's launcher adds its own module options to these
+                 "sparkConf": {"spark.driver.memory": "768m", "spark.driver.extraJavaOptions": TEST_JVM_OPTS},
+                 **extra},
     }
 
 
