@@ -68,16 +68,21 @@ class Platform:
             raise RuntimeError(f"kubectl {' '.join(args)}: {result.stderr.strip()}")
         return result.stdout
 
-    def namespace(self, prefix: str, memory: str = "512Mi", heap: str = "768m") -> str:
-        """A new namespace with a default QueryCluster on the platform's broker (small drivers)."""
+    def namespace(self, prefix: str, memory: str = "512Mi", heap: str = "768m",
+                  java_options: str = "") -> str:
+        """A new namespace with a default QueryCluster on the platform's broker (small drivers;
+        ``java_options``: the drivers' ``spark.driver.extraJavaOptions``, none by default)."""
         ns = f"{prefix}-{uuid.uuid4().hex[:6]}"
+        spark_conf = {"spark.driver.memory": heap}
+        if java_options:
+            spark_conf["spark.driver.extraJavaOptions"] = java_options
         self.kubectl("apply", "-f", "-", stdin=json.dumps(chart.namespace_manifest(ns)))
         self.kubectl("apply", "-f", "-", stdin=json.dumps({
             "apiVersion": "sluice.dev/v1alpha1", "kind": "QueryCluster",
             "metadata": {"name": "default", "namespace": ns},
             "spec": {"serviceId": "bench", "kafka": {"bootstrapServers": self.bootstrap},
                      "driver": {"requests": {"cpu": "100m", "memory": memory}},
-                     "sparkConf": {"spark.driver.memory": heap}}}))
+                     "sparkConf": spark_conf}}))
         return ns
 
     def signal(self, pod: dict[str, Any], sig: int) -> None:

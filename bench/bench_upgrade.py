@@ -24,6 +24,7 @@ otherwise compete with the next one; the load at the event is printed with it.
   hand-off: plan version N+1 on a new checkpoint starts where version N's output ends.
 
     python bench/bench_upgrade.py [--events 5] [--rate 20] [--kinds upgrade,restart] [--settle 0]
+        [--java-options "-XX:TieredStopAtLevel=1"]
 
 Needs nothing running: it starts the platform and the operator like ``make demo`` (and leaves them
 running). Prints one line per event, p50/p95 per kind, the ratio, and lost/duplicated records.
@@ -85,6 +86,9 @@ def main(kinds: tuple[str, ...] = ("upgrade", "restart"), doc: str | None = None
     parser.add_argument("--state-dir", type=Path, default=REPO / ".platform")
     parser.add_argument("--settle", type=float, default=0.0,
                         help="seconds to wait before each event once every query is settled")
+    parser.add_argument("--java-options", default="",
+                        help="the drivers' JVM options (sparkConf spark.driver.extraJavaOptions), e.g. "
+                             "-XX:TieredStopAtLevel=1; default: none, the JVM's defaults")
     parser.add_argument("--kinds", default=",".join(kinds),
                         help=f"of {', '.join(KINDS)}; the last is the baseline")
     args = parser.parse_args()
@@ -92,7 +96,7 @@ def main(kinds: tuple[str, ...] = ("upgrade", "restart"), doc: str | None = None
     if not chosen or any(k not in KINDS for k in chosen):
         parser.error(f"--kinds: choose from {', '.join(KINDS)}")
     p = Platform(args.state_dir)
-    ns = p.namespace("bench-upgrade")
+    ns = p.namespace("bench-upgrade", java_options=args.java_options)
     from confluent_kafka.admin import AdminClient, NewTopic
 
     admin = AdminClient({"bootstrap.servers": p.bootstrap})
