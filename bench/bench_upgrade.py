@@ -24,7 +24,7 @@ otherwise compete with the next one; the load at the event is printed with it.
   hand-off: plan version N+1 on a new checkpoint starts where version N's output ends.
 
     python bench/bench_upgrade.py [--events 5] [--rate 20] [--kinds upgrade,restart] [--settle 0]
-        [--java-options "-XX:TieredStopAtLevel=1"]
+        [--java-options=-XX:TieredStopAtLevel=1]
 
 Needs nothing running: it starts the platform and the operator like ``make demo`` (and leaves them
 running). Prints one line per event, p50/p95 per kind, the ratio, and lost/duplicated records.
@@ -88,7 +88,8 @@ def main(kinds: tuple[str, ...] = ("upgrade", "restart"), doc: str | None = None
                         help="seconds to wait before each event once every query is settled")
     parser.add_argument("--java-options", default="",
                         help="the drivers' JVM options (sparkConf spark.driver.extraJavaOptions), e.g. "
-                             "-XX:TieredStopAtLevel=1; default: none, the JVM's defaults")
+                             "--java-options=-XX:TieredStopAtLevel=1 (with '=': the value starts with a "
+                             "dash); default: none, the JVM's defaults")
     parser.add_argument("--kinds", default=",".join(kinds),
                         help=f"of {', '.join(KINDS)}; the last is the baseline")
     args = parser.parse_args()
