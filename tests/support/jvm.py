@@ -1,12 +1,14 @@
 """JVM options of the test suite's Spark drivers (never of the product's defaults).
 
 A test's driver JVM lives seconds to minutes over a few hundred records, where C2's background
-compilation is most of its CPU: compiling with C1 only (``-XX:TieredStopAtLevel=1``) took a
+compilation is about 40 % of its CPU: compiling with C1 only (``-XX:TieredStopAtLevel=1``) took a
 streaming driver's JVM from 72-77 to 43-44 CPU-seconds over its first minute, with shorter batches
 (steady p50 0.27 s against 0.36 s; 2026-11-26, ``local[2]``, a rate source at 50 records/s into an
 aggregation, 3 runs each, interleaved). On the 2-core CI machine the suite's JVMs compete for the
-same CPUs, so that is time every test gets back. Long-lived production drivers keep the JVM's
-default (C2 pays off over hours); a user can choose C1 the same way, through ``sparkConf``.
+same CPUs, so that is time every test gets back (the suite: 36 min instead of 58). Production
+drivers keep the JVM's defaults: with C1 only, 1M records took about twice as long
+(``bench/bench_runtime.py``; docs/runtime.md, "The driver's JVM"); a user can choose C1 the same
+way, through ``sparkConf``.
 """
 
 from __future__ import annotations
