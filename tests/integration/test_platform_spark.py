@@ -39,8 +39,6 @@ def run_streaming_query(jars: list[str], bootstrap: str, source: str, sink: str,
         .config("spark.sql.shuffle.partitions", "2")
         .config("spark.default.parallelism", "2")
         .config("spark.driver.memory", "1g")
-        # C1 only: on a small shared machine this roughly halves a short test's wall time.
-        .config("spark.driver.extraJavaOptions", "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC")
         .config("spark.sql.warehouse.dir", f"{workdir}/warehouse")
         .config("spark.driver.bindAddress", "127.0.0.1")
         .config("spark.driver.host", "127.0.0.1")
