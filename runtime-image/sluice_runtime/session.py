@@ -11,12 +11,23 @@ from sluice.core.plan.model import Plan
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
+#: Spark's checkpoint file manager on Hadoop's FileSystem API. Spark's default for ``file:`` paths
+#: goes through Hadoop's FileContext, whose local file system forks a ``readlink`` for every rename
+#: and a ``chmod`` for every file it creates (without Hadoop's native library, which PySpark does not
+#: ship): about 13 processes a second for one query at a batch a second, each started by the driver's
+#: JVM. A driver's checkpoint is always a local directory (its epochs are hard links), where
+#: ``rename`` is atomic either way.
+CHECKPOINT_FILE_MANAGER = (
+    "org.apache.spark.sql.execution.streaming.checkpointing.FileSystemBasedCheckpointFileManager"
+)
+
 DEFAULTS: dict[str, str] = {
     "spark.ui.enabled": "false",
     "spark.sql.session.timeZone": "UTC",
     "spark.sql.streaming.stopTimeout": "120s",
     "spark.sql.adaptive.enabled": "false",
     "spark.driver.extraJavaOptions": "-Dio.netty.tryReflectionSetAccessible=true",
+    "spark.sql.streaming.checkpointFileManagerClass": CHECKPOINT_FILE_MANAGER,
 }
 
 

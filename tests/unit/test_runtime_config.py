@@ -119,6 +119,12 @@ def test_pinned_settings_win() -> None:
     assert effective_conf(_plan())["spark.ui.enabled"] == "false"
 
 
+def test_checkpoint_file_manager_is_the_file_system_one_unless_the_user_sets_one() -> None:
+    key = "spark.sql.streaming.checkpointFileManagerClass"
+    assert effective_conf(_plan())[key].endswith(".FileSystemBasedCheckpointFileManager")
+    assert effective_conf(_plan(), {key: "my.Manager"})[key] == "my.Manager"
+
+
 def test_default_query_id() -> None:
     assert cli.default_query_id("abcdef0123456789ffff") == "plan-abcdef0123456789"
 
