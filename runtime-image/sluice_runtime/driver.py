@@ -42,6 +42,7 @@ from sluice.core.election import (
 from sluice_runtime import drain as drain_mod
 from sluice_runtime import epochs, reports
 from sluice_runtime.cleanup import CheckpointCleaner
+from sluice_runtime.progress import ProgressTail
 from sluice_runtime.startpoint import StartRefused, prepare_start
 from sluice_runtime.takeover import (
     DEAD_LETTER_DEFER,
@@ -74,11 +75,12 @@ def _monitor(pipeline: Pipeline, state: RuntimeState, stop: threading.Event,
     """Poll the queries' progress into metrics, readiness and the term's progress record (runs in
     a thread)."""
     seen = -1
+    tails: dict[int, ProgressTail] = {}
     while not stop.is_set():
         try:
             main = pipeline.main
             for q in pipeline.all_queries():
-                recent = q.recentProgress
+                recent = tails.setdefault(id(q), ProgressTail(q)).poll()  # new reports only
                 state.metrics.observe_recent(str(q.name), recent, q.isActive)
                 if progress is not None:
                     progress.observe(recent, main=q is main)

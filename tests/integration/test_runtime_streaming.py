@@ -155,12 +155,35 @@ def test_malformed_skip(spark: Any, kafka: str, tmp_path: Path) -> None:
     assert pipe.main.exception() is None and not pipe.dead_letter
     assert sorted(r["order_id"] for r in consume_json(kafka, out, expect=3)) == ["o0", "o1", "o2"]
     from sluice_runtime.metrics import RuntimeMetrics
+    from sluice_runtime.progress import ProgressTail
 
+    recent = pipe.main.recentProgress
+    tail = ProgressTail(pipe.main)
+    fetched = tail.poll()  # what the driver's monitor reads: the same reports, once each
+
+    def keys(reports: list[Any]) -> list[tuple[Any, Any]]:
+        return [(p["batchId"], p["timestamp"]) for p in reports]
+
+    assert keys(fetched) == keys(recent)
+    assert recent and tail.poll() == []
     m = RuntimeMetrics()
-    m.observe_recent("q", pipe.main.recentProgress, False)
+    m.observe_recent("q", fetched, False)
     assert (
         f'sluice_malformed_records_total{{query="q",source="{plan.steps[0].id}"}} 2.0' in m.render().decode()
     )
+
+
+def test_checkpoint_files_go_through_the_file_system_api(spark: Any, tmp_path: Path) -> None:
+    """The checkpoint file manager Spark builds for a query's checkpoint is the runtime's (Hadoop's
+    FileSystem API), not Spark's FileContext one, whose local file system starts a ``readlink`` or
+    ``chmod`` process for every file it renames or creates (``bench/bench_steady.py``)."""
+    jvm = spark._jvm
+    conf = spark._jsparkSession.sessionState().newHadoopConf()
+    manager = jvm.org.apache.spark.sql.execution.streaming.checkpointing.CheckpointFileManager.create(
+        jvm.org.apache.hadoop.fs.Path(str(tmp_path / "ck")), conf
+    )
+    assert manager.getClass().getSimpleName() == "FileSystemBasedCheckpointFileManager"
+    assert manager.isLocal()
 
 
 def test_malformed_fail(spark: Any, kafka: str, tmp_path: Path) -> None:
