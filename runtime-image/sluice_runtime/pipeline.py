@@ -8,7 +8,9 @@ so that a drain can finish the batch in flight and stop before the next one writ
   (:mod:`sluice_runtime.sink_exactly_once`).
 
 Sources whose malformed policy is ``deadLetter`` get a second query that writes their malformed
-records to the dead-letter topic, checkpointed under ``<checkpoint>/dlq/<source id>``.
+records to the dead-letter topic, checkpointed under ``<checkpoint>/dlq/<source id>``. It triggers
+every :data:`DEAD_LETTER_INTERVAL` at most (the sink's trigger when that is longer): each of its
+batches reads the source again.
 
 A version that writes a topic other than its plan's sink topic (a backfill's, ``SLUICE_OUTPUT_TOPIC``)
 runs its plan with the sink topic substituted (:func:`with_output_topic`): everything derived from
@@ -26,6 +28,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from sluice.core.compiler.intervals import interval_millis
 from sluice.core.plan.model import KafkaSinkV1, KafkaSourceV1, Plan
 from sluice.core.versions import dead_letter_topic
 
@@ -111,6 +114,22 @@ def _trigger(writer: Any, sink: KafkaSinkV1, available_now: bool) -> Any:
     if sink.trigger.processing_time:
         return writer.trigger(processingTime=sink.trigger.processing_time)
     return writer
+
+
+#: a dead-letter query's shortest trigger interval. Dead letters are for people and alerts, not for a
+#: consumer waiting downstream, and a dead-letter batch costs about what a main batch costs (it reads
+#: the source again, plans, commits): at the main query's second it was a third of an idle driver's
+#: CPU (``bench/bench_steady.py``), a tenth of that at ten seconds
+DEAD_LETTER_INTERVAL = "10 seconds"
+
+
+def dead_letter_interval(sink: KafkaSinkV1) -> str:
+    """The dead-letter queries' ``processingTime``: the sink's trigger interval when it is at least
+    :data:`DEAD_LETTER_INTERVAL`, else that."""
+    main = sink.trigger.processing_time
+    if main and interval_millis(main) >= interval_millis(DEAD_LETTER_INTERVAL):
+        return main
+    return DEAD_LETTER_INTERVAL
 
 
 @dataclass
@@ -255,7 +274,12 @@ def start_pipeline(
             gate.run(name, batch_id, lambda: dlq_write(frame, batch_id))
 
         w = route.frame.writeStream.queryName(name).option("checkpointLocation", dlq_ckpt)
-        q = _trigger(w.foreachBatch(dlq_batch), sink, available_now).start()
+        w = w.foreachBatch(dlq_batch)
+        if available_now:
+            w = w.trigger(availableNow=True)
+        else:
+            w = w.trigger(processingTime=dead_letter_interval(sink))
+        q = w.start()
         dead_letter[route.source_id] = q
         dlq_checkpoints[route.source_id] = dlq_ckpt
         return q
