@@ -77,13 +77,27 @@ class Platform:
         if java_options:
             spark_conf["spark.driver.extraJavaOptions"] = java_options
         self.kubectl("apply", "-f", "-", stdin=json.dumps(chart.namespace_manifest(ns)))
-        self.kubectl("apply", "-f", "-", stdin=json.dumps({
+        self.apply_when_admitted({
             "apiVersion": "sluice.dev/v1alpha1", "kind": "QueryCluster",
             "metadata": {"name": "default", "namespace": ns},
             "spec": {"serviceId": "bench", "kafka": {"bootstrapServers": self.bootstrap},
                      "driver": {"requests": {"cpu": "100m", "memory": memory}},
-                     "sparkConf": spark_conf}}))
+                     "sparkConf": spark_conf}})
         return ns
+
+    def apply_when_admitted(self, doc: dict[str, Any], timeout: float = 120) -> None:
+        """``kubectl apply`` of ``doc``, again while the operator's admission webhook cannot be
+        reached yet (a Deployment that just became available may have no Service endpoint yet)."""
+        def applied() -> bool:
+            try:
+                self.kubectl("apply", "-f", "-", stdin=json.dumps(doc))
+            except RuntimeError as exc:
+                if "failed calling webhook" not in str(exc):
+                    raise
+                return False
+            return True
+
+        eventually(applied, what="the admission webhook answering", timeout=timeout, interval=2)
 
     def signal(self, pod: dict[str, Any], sig: int) -> None:
         """``sig`` to a driver pod's runtime (SIGKILL, SIGTERM) from the host."""
