@@ -119,7 +119,7 @@ def _trigger(writer: Any, sink: KafkaSinkV1, available_now: bool) -> Any:
 #: a dead-letter query's shortest trigger interval. Dead letters are for people and alerts, not for a
 #: consumer waiting downstream, and a dead-letter batch costs about what a main batch costs (it reads
 #: the source again, plans, commits): at the main query's second it was a third of an idle driver's
-#: CPU (``bench/bench_steady.py``), a tenth of that at ten seconds
+#: CPU (``bench/bench_steady.py``); at ten seconds it is lost in that benchmark's noise
 DEAD_LETTER_INTERVAL = "10 seconds"
 
 
