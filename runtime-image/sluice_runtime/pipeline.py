@@ -108,11 +108,11 @@ def with_output_topic(plan: Plan, topic: str) -> Plan:
     return plan.model_copy(update={"steps": steps, "hash": plan_hash})
 
 
-def _trigger(writer: Any, sink: KafkaSinkV1, available_now: bool) -> Any:
+def _trigger(writer: Any, processing_time: str | None, available_now: bool) -> Any:
     if available_now:
         return writer.trigger(availableNow=True)
-    if sink.trigger.processing_time:
-        return writer.trigger(processingTime=sink.trigger.processing_time)
+    if processing_time:
+        return writer.trigger(processingTime=processing_time)
     return writer
 
 
@@ -274,12 +274,7 @@ def start_pipeline(
             gate.run(name, batch_id, lambda: dlq_write(frame, batch_id))
 
         w = route.frame.writeStream.queryName(name).option("checkpointLocation", dlq_ckpt)
-        w = w.foreachBatch(dlq_batch)
-        if available_now:
-            w = w.trigger(availableNow=True)
-        else:
-            w = w.trigger(processingTime=dead_letter_interval(sink))
-        q = w.start()
+        q = _trigger(w.foreachBatch(dlq_batch), dead_letter_interval(sink), available_now).start()
         dead_letter[route.source_id] = q
         dlq_checkpoints[route.source_id] = dlq_ckpt
         return q
@@ -302,7 +297,7 @@ def start_pipeline(
             .option("checkpointLocation", checkpoint)
             .foreachBatch(main_batch)
         )
-        main = _trigger(writer, sink, available_now).start()
+        main = _trigger(writer, sink.trigger.processing_time, available_now).start()
     except Exception:
         for q in started:
             q.stop()
