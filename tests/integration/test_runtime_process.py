@@ -97,6 +97,17 @@ class Runtime:
             pass
         self.proc.wait(30)
 
+    def signal_all(self, sig: int) -> None:
+        """``sig`` to the runtime's process group and to its JVM's, which runs in a session of its
+        own (``sluice_runtime.session``): freezing a driver must freeze the JVM too, or its
+        streaming queries go on planning batches into the checkpoint."""
+        groups = {self.proc.pid}
+        for task in Path(f"/proc/{self.proc.pid}/task").iterdir():
+            for child in (task / "children").read_text().split():
+                groups.add(os.getpgid(int(child)))
+        for group in groups:
+            os.killpg(group, sig)
+
     def tail(self) -> str:
         return self.log.read_text(errors="replace")[-4000:]
 
@@ -252,12 +263,12 @@ def test_exactly_once_zombie_is_fenced(kafka: str, spark_jars: list[Path], tmp_p
     ck, qid = tmp_path / "ck", unique("q")
     zombie = Runtime(tmp_path, plan_path, ck, kafka, spark_jars, qid)
     _wait_output(kafka, out, 450, zombie)
-    os.killpg(zombie.proc.pid, signal.SIGSTOP)
+    zombie.signal_all(signal.SIGSTOP)
     try:
         successor = Runtime(tmp_path, plan_path, ck, kafka, spark_jars, qid, "--available-now")
         assert successor.wait() == 0, successor.tail()
     finally:
-        os.killpg(zombie.proc.pid, signal.SIGCONT)
+        zombie.signal_all(signal.SIGCONT)
     try:
         code = zombie.proc.wait(120)
         assert code != 0, "the zombie went on as if nothing happened"
