@@ -5,15 +5,27 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install test test-unit test-node test-images lint demo platform-up platform-down deploy crds images bench clean
+.PHONY: install test test-unit test-node test-images lint lock plan-hashes demo platform-up platform-down deploy crds images bench clean
 
 install: $(STAMP)
 
-$(STAMP): pyproject.toml
+# the dependencies from their lock (exact versions, hash-checked; `make lock` regenerates it), then
+# the project itself, editable, with the lock's build backend
+$(STAMP): pyproject.toml requirements/dev.txt
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	$(BIN)/python -m pip install --quiet --require-hashes -r requirements/dev.txt
+	$(BIN)/python -m pip install --quiet --no-deps --no-build-isolation -e .
 	@touch $(STAMP)
+
+# regenerate the dependency locks under requirements/ with the pinned uv (UPGRADE=1: newest allowed)
+lock:
+	$(PYTHON) devtools/sluice_dev/locks.py $(if $(UPGRADE),--upgrade)
+
+# record the corpora's plan hashes in tests/corpus/plan_hashes.json: only for a deliberate change of
+# compiled plans, whose reason the commit message gives (docs/plans.md)
+plan-hashes: install
+	$(BIN)/python -m sluice_dev.plan_hashes --write
 
 # the whole suite on two workers, a test file per work unit: each worker starts its own platform
 # (Kafka, control plane, node agent on a loopback range of its own), and the e2e files, sorted

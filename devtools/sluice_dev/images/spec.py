@@ -24,8 +24,10 @@ from sluice import __version__ as VERSION
 #: finds it there (buildah resolves a short name to a ``localhost/`` image before anything else,
 #: and ``--pull-never`` forbids pulling)
 BASE_REFERENCE = "localhost/debian:bookworm-slim"
-#: top-level context entries the images use (``!`` lines of ``.dockerignore``)
-CONTEXT_INCLUDE: tuple[str, ...] = ("pyproject.toml", "README.md", "operator", "runtime-image")
+#: top-level context entries the images use (``!`` lines of ``.dockerignore``); ``requirements``
+#: holds the dependency locks the images install from, so that a lock change rebuilds them
+CONTEXT_INCLUDE: tuple[str, ...] = (
+    "pyproject.toml", "README.md", "requirements", "operator", "runtime-image")
 #: name patterns left out anywhere below them (``**/`` lines of ``.dockerignore``)
 CONTEXT_EXCLUDE: tuple[str, ...] = ("__pycache__", "*.pyc", "*.egg-info", "Dockerfile")
 
@@ -48,7 +50,8 @@ class ImageSpec:
 
 
 RUNTIME = ImageSpec("sluice-runtime", "runtime-image/Dockerfile")
-OPERATOR = ImageSpec("sluice-operator", "operator/Dockerfile", ("pyproject.toml", "README.md", "operator"))
+OPERATOR = ImageSpec(
+    "sluice-operator", "operator/Dockerfile", ("pyproject.toml", "README.md", "requirements", "operator"))
 IMAGES: tuple[ImageSpec, ...] = (RUNTIME, OPERATOR)
 
 
