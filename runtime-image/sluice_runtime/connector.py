@@ -6,9 +6,10 @@ jars over with ``--jars``. ``sluice run`` on a developer machine may have neithe
 ``--resolve-connector`` the runtime then sets ``spark.jars.packages`` to the connector's Maven
 coordinates, and Spark's own resolver (Ivy) downloads it into ``~/.ivy2*`` on the first run.
 
-Spark 4.3.0's connector is not published on Maven Central; the newest published one
-(:data:`CONNECTOR_VERSIONS`) is used with it, as in the image (``runtime-image/Dockerfile``) and the
-development cache (``devtools/sluice_dev/platform/sparkjars.py``).
+Which connector version goes with which Spark is recorded in :mod:`sluice_runtime.pairing`, which
+the image (``runtime-image/Dockerfile``) and the development cache
+(``devtools/sluice_dev/platform/sparkjars.py``) follow too: for Spark 4.3.0, whose own connector is
+not published on Maven Central as reachable here, the newest published one (4.2.0).
 """
 
 from __future__ import annotations
@@ -19,10 +20,12 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Final
 
-SCALA: Final = "2.13"
-ARTIFACT: Final = f"spark-sql-kafka-0-10_{SCALA}"
+from sluice_runtime import pairing
+
+SCALA: Final = pairing.SCALA
+ARTIFACT: Final = pairing.by_name("kafka").artifact
 #: PySpark version -> connector version to use with it, when that Spark's own is not published
-CONNECTOR_VERSIONS: Final[dict[str, str]] = {"4.3.0": "4.2.0"}
+CONNECTOR_VERSIONS: Final[dict[str, str]] = {pairing.SPARK: pairing.by_name("kafka").version}
 #: the connector's transitive dependencies that PySpark already ships (in another version): never
 #: resolve a second copy (Spark itself excludes its own modules such as spark-tags)
 EXCLUDES: Final[tuple[str, ...]] = (

@@ -11,6 +11,7 @@ tests with its name and log; nothing is skipped.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
 import subprocess
@@ -21,6 +22,7 @@ import pytest
 from sluice.operator.builders.context import RUN_AS_USER
 from sluice_dev.images import build, bundle, spec
 from sluice_dev.platform import common
+from sluice_runtime import pairing, versions
 
 pytestmark = pytest.mark.integration
 
@@ -102,6 +104,31 @@ def test_runtime_has_the_kafka_connector_in_sparks_jars(runtime_bundle: Path) ->
         assert [jar for jar in jars if jar.startswith(prefix)], prefix
     # one copy of each library: nothing the connector brought that pyspark already ships
     assert len([jar for jar in jars if jar.startswith("scala-library-")]) == 1
+
+
+def test_runtime_version_names_spark_and_the_recorded_connectors(runtime_bundle: Path) -> None:
+    text = _ok(bundle.run_in_bundle(runtime_bundle, ["sluice-runtime", "--version"]))
+    assert f"Spark {pairing.SPARK} " in text and "image: /opt/sluice/versions.json" in text
+    for artifact in pairing.ARTIFACTS:
+        assert f"{artifact.artifact} {artifact.version}: " in text, (artifact.name, text)
+    data = json.loads(_ok(bundle.run_in_bundle(runtime_bundle, ["sluice-runtime", "--version", "--output",
+                                                                "json"])))
+    manifest = versions.from_json(data, source="sluice-runtime --version --output json")
+    assert manifest.spark == pairing.SPARK and manifest.java and manifest.java.startswith("17.")
+    assert manifest.scala and manifest.scala.startswith(f"{pairing.SCALA}.")
+    assert {c.name: c.version for c in manifest.connectors} == {a.name: a.version for a in pairing.ARTIFACTS}
+    assert versions.summary(manifest)["spark"] == pairing.SPARK
+
+
+def test_runtime_ships_only_the_recorded_pairing(runtime_bundle: Path) -> None:
+    """A connector jar in Spark's jars whose version the record does not name fails here (the
+    build refuses it too, in image_manifest), as does a Spark artifact of another version."""
+    jars = versions.parse_jars(_ok(bundle.run_in_bundle(runtime_bundle, ["python", "-c", _JARS])).split())
+    assert versions.pairing_problems(jars, pairing.SPARK) == []
+    manifest = json.loads(_ok(bundle.run_in_bundle(runtime_bundle, ["cat", "/opt/sluice/versions.json"])))
+    added = {j["file"] for j in manifest["jars"]}
+    assert added and added <= {j.file for j in jars}
+    assert {f"{a.artifact}-{a.version}.jar" for a in pairing.ARTIFACTS} <= added
 
 
 def test_runtime_root_is_read_only_and_tmp_writable(runtime_bundle: Path) -> None:
@@ -206,6 +233,7 @@ def test_archives_load_into_containerd_under_the_pods_names(loaded: Path) -> Non
 @pytest.mark.parametrize(("image", "args", "expected"), [
     (spec.OPERATOR, ["sluice", "--version"], "sluice " + spec.VERSION),
     (spec.RUNTIME, ["sluice-runtime", "--help"], "usage: sluice-runtime"),
+    (spec.RUNTIME, ["sluice-runtime", "--version"], f"Spark {pairing.SPARK} "),
     (spec.RUNTIME, ["id", "-u"], str(RUN_AS_USER)),
     (spec.OPERATOR, ["id", "-u"], str(RUN_AS_USER)),
 ])

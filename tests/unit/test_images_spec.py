@@ -106,16 +106,18 @@ def test_runtime_extra_pins_the_spark_of_the_connector() -> None:
     assert f"pyspark=={sparkjars.SPARK_VERSION}" in project["optional-dependencies"]["runtime"]
 
 
-def test_connector_pom_lists_the_dev_platforms_artifacts() -> None:
+def test_connector_pom_is_rendered_from_the_pairing_record() -> None:
+    committed = (REPO / sparkjars.IMAGE_POM).read_text()
+    assert committed == sparkjars.image_pom(), (
+        f"{sparkjars.IMAGE_POM} departs from sluice_runtime/pairing.py; regenerate it: .venv/bin/python "
+        "-c 'from sluice_dev.platform import sparkjars; print(sparkjars.image_pom(), end=\"\")' "
+        f"> {sparkjars.IMAGE_POM}"
+    )
+
     def dependencies(pom: str) -> str:
         return pom[pom.index("<dependencies>"):pom.index("</dependencies>")]
 
-    rendered = sparkjars._POM.format(
-        spark=sparkjars.SPARK_VERSION, scala=sparkjars.SCALA,
-        connector=sparkjars.CONNECTOR_VERSION, token=sparkjars.TOKEN_PROVIDER_VERSION,
-    )
-    committed = (REPO / "runtime-image/kafka-connector/pom.xml").read_text()
-    assert dependencies(committed) == dependencies(rendered)
+    assert dependencies(committed) == dependencies(sparkjars.render_pom())  # the dev platform's
 
 
 def test_chart_starts_the_operator_image_as_its_user() -> None:
