@@ -27,6 +27,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from sluice.core import sparkversion
 from sluice.core.classify.common import IN_PLACE_ROWS, plain
 from sluice.core.classify.lineage import Lineage
 from sluice.core.classify.match import Matching, match
@@ -41,6 +42,7 @@ from sluice.core.classify.model import (
 )
 from sluice.core.classify.runtime import runtime_changes
 from sluice.core.classify.steps import KNOWN_STEP_TYPES, REPLACE, TRANSPARENT, Ctx, compare_step, fmt
+from sluice.core.plan import meaning
 from sluice.core.plan.model import PLAN_FORMAT_VERSION, STATEFUL_STEP_TYPES, Plan
 from sluice.core.replace import state_reset_note
 from sluice.core.spec import UpgradePolicy
@@ -136,38 +138,57 @@ def _unsupported(old: Plan, new: Plan) -> list[Change]:
     return out
 
 
-def _settings(old: Plan, new: Plan) -> list[Change]:
+def _settings(old: Plan, new: Plan, stateful: bool) -> list[Change]:
+    """The pinned settings (``sluice.core.plan.meaning``) and the plan's Spark version."""
     out: list[Change] = []
     od, nd = old.settings.model_dump(mode="json"), new.settings.model_dump(mode="json")
+    od_conf, nd_conf = od.pop("conf", None), nd.pop("conf", None)
     for key in sorted(set(od) | set(nd)):
         if od.get(key) != nd.get(key):
             name = _SETTING_NAMES.get(key, key)
-            out.append(
-                change(
-                    "topology",
-                    "settings",
-                    key,
-                    od.get(key),
-                    nd.get(key),
-                    f"Pinned setting {name} changed from {fmt(od.get(key))} to "
-                    f"{fmt(nd.get(key))}. The checkpoint pins it: Spark restores the old "
-                    f"value and silently ignores the new one (state is partitioned by it). "
-                    f"The query needs a new checkpoint (replace).",
-                )
-            )
+            out.append(change("topology", "settings", key, od.get(key), nd.get(key),
+                              f"Pinned setting {name} changed from {fmt(od.get(key))} to "
+                              f"{fmt(nd.get(key))}. The checkpoint pins it: Spark restores the old "
+                              f"value and silently ignores the new one (state is partitioned by it). "
+                              f"The query needs a new checkpoint (replace)."))
+    if od_conf is not None or nd_conf is not None:
+        out += _meaning_changes(od_conf or {}, nd_conf or {}, stateful, unpinned=od_conf is None)
     if old.spark_version != new.spark_version:
-        out.append(
-            change(
-                "topology",
-                "plan",
-                "sparkVersion",
-                old.spark_version,
-                new.spark_version,
-                f"The plan's Spark version changed from {fmt(old.spark_version)} to "
-                f"{fmt(new.spark_version)}; Sluice does not continue a checkpoint across "
-                f"engine versions. {REPLACE}",
-            )
-        )
+        try:
+            moved = sparkversion.move(old.spark_version, new.spark_version)
+        except sparkversion.BadVersion as exc:
+            moved = sparkversion.Move("major", str(exc))
+        category: Category = ("transparent" if moved.allowed else "unsupported")
+        out.append(change(category, "plan", "sparkVersion", old.spark_version, new.spark_version,
+                          f"The plan's Spark version changed: {moved.message}."))
+    return out
+
+
+def _meaning_changes(old: dict[str, str], new: dict[str, str], stateful: bool, *,
+                     unpinned: bool) -> list[Change]:
+    """One change per pinned setting of ``settings.conf`` that differs. ``unpinned``: the old plan
+    pinned none of them (compiled before they were pinned): what it ran with was the engine's
+    default, which the new plan now pins."""
+    out: list[Change] = []
+    for key in sorted(set(old) | set(new)):
+        a, b = old.get(key), new.get(key)
+        if a == b or (unpinned and a is None):
+            continue
+        rule = meaning.BY_KEY.get(key)
+        what = rule.what if rule else key
+        if rule is not None and rule.kind == "checkpoint":
+            out.append(change("topology", "settings", f"conf.{key}", a, b,
+                              f"Pinned setting {key} ({what}) changed from {fmt(a)} to {fmt(b)}. Spark "
+                              f"keeps it in the checkpoint and restores the old value on restart, "
+                              f"ignoring the new one. {REPLACE}"))
+        elif stateful:
+            out.append(change("topology", "settings", f"conf.{key}", a, b,
+                              f"Pinned setting {key} ({what}) changed from {fmt(a)} to {fmt(b)}: it changes "
+                              f"results, and the query's state was built under the old value. {REPLACE}"))
+        else:
+            out.append(change("data-selection", "settings", f"conf.{key}", a, b,
+                              f"Pinned setting {key} ({what}) changed from {fmt(a)} to {fmt(b)}: records "
+                              f"processed after the upgrade get the new value. {IN_PLACE_ROWS}"))
     return out
 
 
@@ -362,25 +383,29 @@ def classify(
     *,
     old_spec: Mapping[str, Any] | None = None,
     new_spec: Mapping[str, Any] | None = None,
+    extra: list[Change] | None = None,
 ) -> UpgradeDecision:
     """Classify the upgrade of a running query from plan ``old`` to plan ``new``.
 
     ``old_spec``/``new_spec``: the StreamingQuery specs (plain mappings, as in the manifest) the
     plans were compiled from; their fields outside the plan that change how the query runs (pod
     resources, restart nonce, sink topic settings) are compared too. Without them only the plans are.
+    ``extra``: changes found outside the plan and the spec, weighed with the others (a change of
+    engine, :func:`sluice.core.engine.engine_changes`).
     """
     policy = policy or UpgradePolicy()
-    unsupported = _unsupported(old, new)
+    unsupported = _unsupported(old, new) + [c for c in extra or [] if c.category == "unsupported"]
     if unsupported:
         return _decide(unsupported, policy, old, new)
     runtime = runtime_changes(old_spec, new_spec) if old_spec is not None and new_spec is not None else []
+    runtime += list(extra or [])
     if old.canonical_json() == new.canonical_json():
         return _decide(runtime, policy, old, new)
 
     changes: list[Change] = []
-    changes += _settings(old, new)
-    olin, nlin = Lineage(old), Lineage(new)
     stateful = any(s.type in STATEFUL_STEP_TYPES for s in [*old.steps, *new.steps])
+    changes += _settings(old, new, stateful)
+    olin, nlin = Lineage(old), Lineage(new)
     ctx = Ctx(old=olin, new=nlin, stateful=stateful, sink_topic=new.sink.topic)
 
     matching = match(old, new)

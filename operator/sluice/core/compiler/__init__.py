@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
 from sluice.core.compiler.base import field_specs
 from sluice.core.compiler.casts import decimal_problem_in
 from sluice.core.compiler.checks import check_output_mode, sink_key
@@ -11,11 +14,37 @@ from sluice.core.compiler.scope import did_you_mean
 from sluice.core.compiler.sqlparse import parse_sql
 from sluice.core.compiler.sqltext import SqlFailure
 from sluice.core.errors import CompileError, Problem
-from sluice.core.plan.model import KafkaSinkV1, PinnedSettings, Plan, TriggerSpec
+from sluice.core.plan import meaning
+from sluice.core.plan.model import SPARK_VERSION, KafkaSinkV1, PinnedSettings, Plan, TriggerSpec
+from sluice.core.sparkversion import BadVersion
 from sluice.core.spec import QuerySpec
 from sluice.core.types import TypeParseError, parse_type
 
-__all__ = ["compile_query", "spec_problems"]
+__all__ = ["CompileTarget", "compile_query", "spec_problems"]
+
+
+@dataclass(frozen=True)
+class CompileTarget:
+    """What a plan is compiled for, besides the query: the Spark it will run on and the QueryCluster's
+    Spark settings (those of ``sluice.core.plan.meaning`` enter the plan; the rest do not)."""
+
+    spark_version: str = SPARK_VERSION
+    spark_conf: Mapping[str, str] = field(default_factory=dict)
+    #: where the settings come from, for error messages
+    origin: str = "the QueryCluster"
+
+    def settings(self, shuffle_partitions: int) -> PinnedSettings:
+        """The plan's pinned settings (:class:`CompileError` naming the field when they cannot be)."""
+        conf = dict(self.spark_conf)
+        try:
+            pinned = meaning.pinned_conf(self.spark_version, conf)
+        except BadVersion as exc:
+            raise CompileError([Problem(str(exc), field=f"{self.origin} spec.sparkVersion")]) from None
+        problems = [Problem(p, field=f"{self.origin} spec.sparkConf") for p in meaning.conf_problems(conf)]
+        if problems:
+            raise CompileError(problems)
+        return PinnedSettings.model_validate({"shuffle_partitions": shuffle_partitions,
+                                              **meaning.typed_overrides(conf), "conf": pinned})
 
 
 def spec_problems(spec: QuerySpec) -> tuple[list[Problem], dict[str, str]]:
@@ -96,8 +125,10 @@ def spec_problems(spec: QuerySpec) -> tuple[list[Problem], dict[str, str]]:
     return problems, delays
 
 
-def compile_query(spec: QuerySpec) -> Plan:
-    """Compile the query part of a StreamingQuery into a pinned plan (hash set)."""
+def compile_query(spec: QuerySpec, target: CompileTarget | None = None) -> Plan:
+    """Compile the query part of a StreamingQuery into a pinned plan (hash set) for ``target``
+    (default: the Spark this operator was built with, no cluster settings)."""
+    target = target or CompileTarget()
     problems, delays = spec_problems(spec)
     if problems:
         raise CompileError(problems)
@@ -129,7 +160,8 @@ def compile_query(spec: QuerySpec) -> Plan:
         trigger=trigger,
     )
     plan = Plan(
-        settings=PinnedSettings(shuffle_partitions=spec.shuffle_partitions),
+        spark_version=target.spark_version,
+        settings=target.settings(spec.shuffle_partitions),
         steps=[*planner.state.steps, sink],
         output_schema=out,
     )

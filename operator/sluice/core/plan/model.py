@@ -181,7 +181,8 @@ STATEFUL_STEP_TYPES = frozenset(
 
 
 class PinnedSettings(PlanModel):
-    """Spark settings that a checkpoint pins: changing them needs a new checkpoint."""
+    """Spark settings the plan pins: the checkpoint's layout and what the query computes (the
+    runtime applies them over every other setting; ``sluice.core.plan.meaning`` lists them)."""
 
     shuffle_partitions: int = 8
     state_store_provider: str = (
@@ -191,9 +192,16 @@ class PinnedSettings(PlanModel):
     state_format: str = Field(
         default="unsaferow", description="spark.sql.streaming.stateStore.encodingFormat"
     )
+    conf: dict[str, str] | None = Field(
+        default=None,
+        description="Further settings that change results or the state's layout, with the value the "
+        "plan was compiled with (sluice.core.plan.meaning); absent in plans compiled before they were "
+        "pinned (the engine's defaults then).",
+    )
 
     def spark_conf(self) -> dict[str, str]:
         return {
+            **(self.conf or {}),
             "spark.sql.shuffle.partitions": str(self.shuffle_partitions),
             "spark.sql.streaming.stateStore.providerClass": self.state_store_provider,
             "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled": str(
