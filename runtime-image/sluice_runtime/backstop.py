@@ -72,11 +72,24 @@ def recorded_plan(checkpoint: str | Path) -> str | None:
     return str(data.get("planHash") or "") or None
 
 
-def record(checkpoint: str | Path, plan: Plan) -> None:
+def recorded_engine(checkpoint: str | Path) -> str | None:
+    """The engine digest the checkpoint's signature records (the engine of the last switch), if any."""
+    try:
+        data = json.loads((Path(checkpoint) / SIGNATURE_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(data, dict):
+        return None
+    return str(data.get("engine") or "") or None
+
+
+def record(checkpoint: str | Path, plan: Plan, engine: str = "") -> None:
+    """Write the plan's state signature (and the engine it starts on, when known) into the epoch."""
     path = Path(checkpoint) / SIGNATURE_FILE
     path.parent.mkdir(parents=True, exist_ok=True)
     staging = path.with_name(f".{path.name}.tmp")
-    staging.write_text(json.dumps(state_signature(plan), indent=2, sort_keys=True), encoding="utf-8")
+    signature = {**state_signature(plan), **({"engine": engine} if engine else {})}
+    staging.write_text(json.dumps(signature, indent=2, sort_keys=True), encoding="utf-8")
     os.replace(staging, path)  # a new inode: the epoch this one was linked from keeps its own
 
 

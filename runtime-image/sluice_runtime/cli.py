@@ -23,6 +23,8 @@ flag                  variable                  default
 --lease-namespace     SLUICE_LEASE_NAMESPACE    namespace of the Lease
 --pod-name            SLUICE_POD_NAME           this driver's pod (role label, identity)
 --lease-seconds       SLUICE_LEASE_SECONDS      10
+(none)                SLUICE_ENGINE             (none) the digest of the engine the operator deployed
+                                                this driver with, echoed in its Lease records
 (none)                SLUICE_PREVIOUS_VERSION   (none) a replaced version's predecessor (JSON,
                                                 see ``sluice.core.replace``)
 --output-topic        SLUICE_OUTPUT_TOPIC       (none: the plan's sink topic) the topic the sink
@@ -69,6 +71,9 @@ if TYPE_CHECKING:
     from sluice.core.plan.model import Plan
 
 log = logging.getLogger("sluice_runtime")
+
+#: the engine digest the operator deployed this driver with
+ENGINE_ENV = "SLUICE_ENGINE"
 
 TRUE = {"1", "true", "yes", "on"}
 
@@ -120,6 +125,9 @@ def _flag_bool(flag: bool | None, value: str | None) -> bool:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="sluice-runtime", description="Run a pinned Sluice plan.")
+    # handled in main() before parsing; here for --help
+    parser.add_argument("--version", action="store_true",
+                        help="print Spark, Scala, Java and connector versions (then --output json|text)")
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("executor", help="run a Spark executor (in pods Spark's Kubernetes scheduler creates)")
     run = sub.add_parser("run", help="run a plan")
@@ -224,6 +232,7 @@ def resolve_config(args: argparse.Namespace, env: Mapping[str, str]) -> RunConfi
         output_topic=output_topic,
         start_from=start_from,
         executor_pod_template=template,
+        engine=(env.get(ENGINE_ENV) or "").strip(),
     )
 
 
@@ -246,21 +255,38 @@ def load_plan(config: RunConfig) -> Plan:
     plan's hash: the version reports the plan it runs, not the topic it writes)."""
     from sluice.core.plan.model import Plan
 
+    from sluice_runtime import compat
     from sluice_runtime.pipeline import with_output_topic
 
-    plan = Plan.from_json(Path(config.plan).read_bytes())
+    text = Path(config.plan).read_bytes()
+    compat.check(text)  # a plan of a newer format or another Spark line: refused before the JVM starts
+    plan = Plan.from_json(text)
     if config.output_topic:
         plan = with_output_topic(plan, config.output_topic)
     return plan
 
 
+def _plan_hash_of(path: str) -> str:
+    try:
+        return str(json.loads(Path(path).read_bytes()).get("hash") or "")
+    except (OSError, ValueError, AttributeError):
+        return ""
+
+
 def execute(config: RunConfig) -> int:
-    from sluice_runtime import connector, driver, kafka_admin
+    from sluice_runtime import compat, connector, driver, kafka_admin, reports
     from sluice_runtime.pipeline import build_pipeline
     from sluice_runtime.server import RuntimeState, parse_interval, readiness_bound, serve
     from sluice_runtime.session import create_spark
 
-    plan = load_plan(config)
+    reports.ENGINE = config.engine  # every record this process writes names the engine it runs on
+    try:
+        plan = load_plan(config)
+    except compat.PlanIncompatible as exc:
+        print(f"sluice-runtime: not started: {exc.error_class}: {exc}", file=sys.stderr)
+        if config.lease_name:
+            driver.report_refusal(config, _plan_hash_of(config.plan), exc.error_class, str(exc))
+        return 1
     query_id = config.query_id or default_query_id(plan.hash or plan.compute_hash())
     # Fail fast, before the JVM starts, when the brokers refuse the TLS/SASL settings.
     kafka_admin.connect(config.bootstrap, config.kafka)
@@ -332,6 +358,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         from sluice_runtime import executor
 
         return executor.main(argv[1:])
+    if argv[:1] == ["--version"]:
+        # the versions this runtime carries (the image's manifest): `--version [--output json]`
+        from sluice_runtime import versions
+
+        return versions.main(argv[1:])
     parser = build_parser()
     args = parser.parse_args(argv)
     logging.basicConfig(

@@ -43,6 +43,9 @@ class RunConfig:
     #: the executor pod template (a JSON object) handed to Spark's Kubernetes scheduler, written to
     #: a file at start (:func:`sluice_runtime.cli.executor_template_conf`); None: Spark's default pod
     executor_pod_template: str | None = None
+    #: the digest of the engine the operator deployed this driver with (``SLUICE_ENGINE``; "" when
+    #: none): echoed in the Lease records, so that an engine upgrade's gate tells its drivers apart
+    engine: str = ""
 
 
 EARLIEST = "earliest"

@@ -242,6 +242,20 @@ def set_pod_role(api: KubeApi | None, namespace: str, pod: str, role: str) -> No
         log.warning("cannot label pod %s/%s as %s: %s", namespace, pod, role, exc)
 
 
+def report_refusal(config: RunConfig, plan_hash: str, error_class: str, message: str) -> None:
+    """Report on this driver's pod that it refuses its plan (before any JVM or Lease): the health
+    gate of the upgrade that brought the plan fails on it."""
+    from sluice_runtime.kubeapi import KubeApi, KubeConfig
+
+    try:
+        api = KubeApi(KubeConfig.from_env(os.environ))
+    except Exception as exc:  # never hide the refusal being reported
+        log.warning("cannot reach the API server to report the refusal: %s", exc)
+        return
+    reports.report_error(api, config.lease_namespace or "", config.pod_name or "", DriverError(
+        plan_hash, reports.WARM_UP, error_class, message, reports.now_rfc3339()))
+
+
 def identity_for(pod: str) -> str:
     return f"{pod or os.uname().nodename}/{uuid.uuid4().hex[:8]}"
 
@@ -277,7 +291,7 @@ def run_elected(
     set_pod_role(api, config.lease_namespace, pod, "standby")  # a restarted container is no longer active
     elector = Elector(api, namespace=config.lease_namespace, name=config.lease_name, identity=state.identity,
                       address=advertised_address(config.http_addr, dict(os.environ)),
-                      plan_hash=state.plan_hash, duration=config.lease_seconds)
+                      plan_hash=state.plan_hash, engine=config.engine, duration=config.lease_seconds)
     try:
         started = time.monotonic()
         # Warm up on the plan only while another driver serves: with nobody serving, start now.
@@ -399,7 +413,8 @@ def _run_term(config: RunConfig, prepared: Prepared, state: RuntimeState, drain_
     namespace, plan, plan_hash = config.lease_namespace or "", prepared.plan, state.plan_hash
     try:
         start = prepare_start(config.checkpoint, leadership.epoch, plan, plan_hash, leadership.previous_plan,
-                              leadership.annotations, reports.now_rfc3339())
+                              leadership.annotations, reports.now_rfc3339(), engine=config.engine,
+                              previous_engine=leadership.previous_engine)
         elector.report(start.annotations())
         checkpoint, source = start.checkpoint, start.source
         before = epochs.last_commit_time(source) if source else None

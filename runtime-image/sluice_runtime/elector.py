@@ -25,7 +25,9 @@ from sluice.core.driverreport import HOLDER_PROGRESS, Progress
 from sluice.core.election import (
     HANDOFF_DONE,
     HOLDER_ADDRESS,
+    HOLDER_ENGINE,
     HOLDER_PLAN,
+    HOLDER_VERSIONS,
     LAST_TAKEOVER,
     PREFERRED_HOLDER,
     QUERY_LABEL,
@@ -49,6 +51,7 @@ from sluice.core.election import (
     successor_progress,
 )
 
+from sluice_runtime import versions as versions_mod
 from sluice_runtime.kubeapi import KubeApi, KubeApiError
 
 log = logging.getLogger(__name__)
@@ -111,7 +114,17 @@ class Leadership:
     previous_holder: str  # identity, "" when none
     takeover: Takeover
     previous_plan: str = ""  # the plan hash of the driver that held the Lease before, "" when none
+    previous_engine: str = ""  # the engine digest that driver ran on, "" when none or not known
     annotations: dict[str, str] = field(default_factory=dict)  # the Lease's, as found when taken
+
+
+def _versions_json() -> str:
+    """What this runtime carries (``sluice_runtime.versions.summary``) for the Lease; never fails."""
+    try:
+        return json.dumps(versions_mod.summary(), sort_keys=True, separators=(",", ":"))
+    except Exception as exc:  # a report, not a reason to stop a driver
+        log.warning("cannot tell the runtime's versions: %s", exc)
+        return "{}"
 
 
 class Elector:
@@ -124,6 +137,7 @@ class Elector:
         identity: str,
         address: str | None,
         plan_hash: str,
+        engine: str = "",
         duration: float = 10.0,
         clock: Callable[[], float] = time.monotonic,
         prober: Callable[[str | None, str], HolderProbe] = probe_holder,
@@ -134,6 +148,9 @@ class Elector:
         self.identity = identity
         self.address = address
         self.plan_hash = plan_hash
+        self.engine = engine
+        #: what this driver runs on (Spark, connectors), reported with every takeover
+        self.versions = _versions_json()
         self.duration = duration
         self.clock = clock
         self.prober = prober
@@ -265,13 +282,14 @@ class Elector:
         else:
             from_pod = ""  # a first start, a resume after suspend, or this driver again: no takeover
         takeover = Takeover(time=now[:19] + "Z", from_pod=from_pod, to_pod=pod_of(self.identity),
-                            reason=str(why), epoch=epoch, plan_hash=self.plan_hash)
+                            reason=str(why), epoch=epoch, plan_hash=self.plan_hash, engine=self.engine)
         annotations = dict(record.annotations)
         annotations.pop(PREFERRED_HOLDER, None)
         # a progress record of this term from the start: one of an older term never survives into it
+        progress = Progress(self.plan_hash, epoch, 0, 0, engine=self.engine)
         annotations.update({HOLDER_ADDRESS: self.address or "", HOLDER_PLAN: self.plan_hash,
-                            LAST_TAKEOVER: takeover.to_json(),
-                            HOLDER_PROGRESS: Progress(self.plan_hash, epoch, 0, 0).to_json()})
+                            HOLDER_ENGINE: self.engine, LAST_TAKEOVER: takeover.to_json(),
+                            HOLDER_PROGRESS: progress.to_json(), HOLDER_VERSIONS: self.versions})
         desired = json.loads(json.dumps(lease))
         desired["metadata"]["annotations"] = annotations
         desired["spec"].update({
@@ -305,6 +323,7 @@ class Elector:
         self._renewer.start()
         return Leadership(epoch=epoch, why=why, previous_holder=record.holder, takeover=takeover,
                           previous_plan=record.annotations.get(HOLDER_PLAN, ""),
+                          previous_engine=record.annotations.get(HOLDER_ENGINE, ""),
                           annotations=dict(record.annotations))
 
     def _last_holder_pod(self, record: LeaseRecord) -> str:

@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import logging
 import re
@@ -121,7 +122,7 @@ class ProgressCounter:
     def record(self, plan_hash: str, epoch: int) -> Progress:
         with self._lock:
             return Progress(plan_hash, epoch, self._batches, self._events, self._input_rows,
-                            self._dead_letters, self._lag)
+                            self._dead_letters, self._lag, ENGINE)
 
 
 class TermProgress:
@@ -188,8 +189,15 @@ def driver_error(plan: Plan, plan_hash: str, phase: str, exc: BaseException,
                        time=time or now_rfc3339(), step=locate_step(steps, text))
 
 
+#: the engine digest this process runs on (``SLUICE_ENGINE``), set once at start: every error and
+#: progress record names it
+ENGINE = ""
+
+
 def report_error(api: KubeApi | None, namespace: str, pod: str, error: DriverError) -> bool:
     """Annotate this driver's own pod with ``error`` (best effort: False when it could not)."""
+    if ENGINE and not error.engine:
+        error = dataclasses.replace(error, engine=ENGINE)
     log.error("driver error (%s): %s", error.phase, error.summary())
     if api is None or not pod or not namespace:
         return False

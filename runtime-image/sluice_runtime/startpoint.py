@@ -7,8 +7,9 @@ Called once per term, before the exactly-once producer is initialised and before
    newest one; the holder then writes ``sluice.dev/restore-done`` with the request's id. A
    requested epoch that no longer exists refuses the start (``BackstopMissing``);
 2. otherwise the newest earlier epoch, as always (:mod:`sluice_runtime.epochs`). When the driver
-   before ran **another plan** (the plan the source epoch's state signature names, else the
-   Lease's ``sluice.dev/holder-plan-hash`` before this driver took it), that source epoch is kept
+   before ran **another plan or another engine** (the plan and engine the source epoch's state
+   signature names, else the Lease's ``sluice.dev/holder-plan-hash`` and ``sluice.dev/holder-engine``
+   before this driver took it: an engine upgrade keeps the plan), that source epoch is kept
    untouched as a **backstop** (``<base>/backstops.json``, never pruned while listed) and
    announced on the Lease (``sluice.dev/backstop``);
 3. after a switch of plan (or a restore) the new epoch is **verified** against the plan
@@ -65,9 +66,11 @@ class StartPoint:
 
 
 def prepare_start(base: str | Path, epoch: int, plan: Plan, plan_hash: str, previous_plan: str,
-                  lease_annotations: dict[str, str], time: str) -> StartPoint:
-    """Make this term's checkpoint epoch and check it (raises :class:`StartRefused`)."""
-    request = pending_restore(lease_annotations, plan_hash)
+                  lease_annotations: dict[str, str], time: str, *, engine: str = "",
+                  previous_engine: str = "") -> StartPoint:
+    """Make this term's checkpoint epoch and check it (raises :class:`StartRefused`). ``engine``:
+    the engine this driver runs on; a switch of engine keeps a backstop like a switch of plan."""
+    request = pending_restore(lease_annotations, plan_hash, engine)
     override: Path | None = None
     if request is not None:
         override = epochs.epoch_dir(base, request.epoch)
@@ -81,10 +84,13 @@ def prepare_start(base: str | Path, epoch: int, plan: Plan, plan_hash: str, prev
     # the plan that ran on the source last: the one its signature names (a holder whose start was
     # refused left its plan on the Lease, not on the checkpoint), else the Lease's previous holder's
     writer = (backstop_mod.recorded_plan(source) if source is not None else None) or previous_plan
-    switched = bool(writer) and writer != plan_hash
+    writer_engine = (backstop_mod.recorded_engine(source) if source is not None else None) or previous_engine
+    switched = (bool(writer) and writer != plan_hash) or (bool(writer_engine and engine)
+                                                           and writer_engine != engine)
     source_epoch = epochs.epoch_of(source, base) if source is not None else None
     if switched and request is None and source_epoch is not None:
-        start.backstop = Backstop(epoch=source_epoch, plan_hash=writer, to_plan=plan_hash, time=time)
+        start.backstop = Backstop(epoch=source_epoch, plan_hash=writer or plan_hash, to_plan=plan_hash,
+                                  time=time, engine=writer_engine, to_engine=engine)
         epochs.keep_backstop(base, start.backstop)
     verified = switched or request is not None
     if verified:
@@ -95,5 +101,5 @@ def prepare_start(base: str | Path, epoch: int, plan: Plan, plan_hash: str, prev
     # this same plan before signatures were recorded (never for a checkpoint of an unknown plan)
     unsigned_same_plan = previous_plan == plan_hash and not backstop_mod.has_signature(checkpoint)
     if source is None or verified or unsigned_same_plan:
-        backstop_mod.record(checkpoint, plan)
+        backstop_mod.record(checkpoint, plan, engine)
     return start

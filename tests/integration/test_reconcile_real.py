@@ -49,7 +49,8 @@ def test_create_pins_plan_then_builds_workload(world: World) -> None:
     assert status["plan"]["configMap"] == f"totals-plan-{status['plan']['hash'][:12]}"
     assert "rollout" not in status
     assert status["identity"]["consumerGroup"] == f"shop.{w.ns}.totals.v1"
-    assert {c["type"] for c in status["conditions"]} == {"Ready", "Progressing", "Degraded"}
+    assert {c["type"] for c in status["conditions"]} == {"Ready", "Progressing", "Degraded",
+                                                          "ReplanAvailable"}
     assert w.topic_partitions() == {w.topic: 1}
     assert w.reasons() == ["TopicCreated", "PlanPinned", "WorkloadCreated"]
     # write-ahead: the first status patch carried the rollout before any object was created
@@ -529,11 +530,18 @@ def test_service_id_is_pinned_at_creation(world: World) -> None:
     assert w.status()["identity"]["serviceId"] == "shop"
 
 
-def test_cluster_changes_reach_the_driver(world: World) -> None:
+def test_cluster_changes_reach_the_driver_once_the_cluster_rollout_admits_it(world: World) -> None:
+    from sluice.operator.fleet import roll_fleet
+
     w = world
     w.add_query()
     reconcile_query(w.env, w.current())
     w.edit_cluster(image="registry/sluice-runtime:2")
+    reconcile_query(w.env, w.current())
+    assert w.deployment()["spec"]["template"]["spec"]["containers"][0]["image"] == "sluice-runtime:0.1.0"
+    cluster = w.k.get("QueryCluster", w.ns, "default")
+    assert cluster is not None
+    roll_fleet(w.env, cluster)
     reconcile_query(w.env, w.current())
     assert w.deployment()["spec"]["template"]["spec"]["containers"][0]["image"] == "registry/sluice-runtime:2"
 

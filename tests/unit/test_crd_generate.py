@@ -88,10 +88,11 @@ def test_names_subresources_and_printer_columns() -> None:
     assert columns == {
         "Phase": ".status.phase", "Plan": ".status.plan.shortHash", "Version": ".status.plan.version",
         "Upgrade": ".status.lastUpgrade.outcome", "Ready": ".status.ready", "Output": ".status.output.topic",
-        "Active": ".status.drivers.active", "Age": ".metadata.creationTimestamp",
+        "Replan": ".status.plan.replan.decision", "Active": ".status.drivers.active",
+        "Age": ".metadata.creationTimestamp",
     }
     wide = [c["name"] for c in version["additionalPrinterColumns"] if c.get("priority")]
-    assert wide == ["Active"]  # the driver pod's long name only with -o wide
+    assert wide == ["Replan", "Active"]  # the re-plan on offer and the driver pod's long name: -o wide
 
 
 def test_server_side_validation_rules() -> None:

@@ -79,5 +79,9 @@ def test_every_status_write_that_pins_a_plan_carries_its_short_hash() -> None:
     # a query pinned by an operator from before shortHash gets it with its next write
     old = QueryRun(env, body, {"plan": dict(PLAN), "phase": "Running"})
     assert old.write({"cluster": "default"})
-    assert kube.patches[-1] == {"cluster": "default", "plan": {"shortHash": H[:12]}}
+    patch = kube.patches[-1]
+    assert {k: v for k, v in patch.items() if k != "conditions"} == {"cluster": "default",
+                                                                     "plan": {"shortHash": H[:12]}}
+    # and the derived ReplanAvailable condition: no re-plan on offer
+    assert [(c["type"], c["status"]) for c in patch["conditions"]] == [("ReplanAvailable", "False")]
     assert not old.write({"cluster": "default"})  # nothing left to write

@@ -377,6 +377,30 @@ def test_a_switch_of_plan_keeps_the_source_epoch_untouched_as_a_backstop(tmp_pat
     assert epochs.epochs(tmp_path) == [2, 5, 6]
 
 
+def test_a_switch_of_engine_keeps_a_backstop_for_the_same_plan(tmp_path: Path) -> None:
+    plan = make_plan()
+    e1, e2 = "1" * 64, "2" * 64
+    first = prepare_start(tmp_path, 1, plan, plan.hash, "", {}, T, engine=e1)
+    spark_checkpoint(first.checkpoint, 3)
+    assert backstop.recorded_engine(first.checkpoint) == e1
+    same = prepare_start(tmp_path, 2, plan, plan.hash, plan.hash, {}, T, engine=e1, previous_engine=e1)
+    assert same.backstop is None
+    # the new engine takes over: the epoch the old engine wrote last is kept, before its first batch
+    moved = prepare_start(tmp_path, 3, plan, plan.hash, plan.hash, {}, T, engine=e2, previous_engine=e1)
+    assert moved.backstop == Backstop(2, plan.hash, plan.hash, T, engine=e1, to_engine=e2)
+    assert backstop.recorded_engine(moved.checkpoint) == e2
+    assert backstop.recorded_engine(epochs.epoch_dir(tmp_path, 2)) == e1
+    # a restore request for the old engine is carried out by a driver on the old engine only
+    request = RestoreRequest(id="r1", epoch=2, plan_hash=plan.hash, engine=e1)
+    annotations = {RESTORE_REQUEST: request.to_json()}
+    ignored = prepare_start(tmp_path, 4, plan, plan.hash, plan.hash, annotations, T, engine=e2,
+                            previous_engine=e2)
+    assert ignored.restored is None
+    restored = prepare_start(tmp_path, 5, plan, plan.hash, plan.hash, annotations, T, engine=e1,
+                             previous_engine=e2)
+    assert restored.restored == request and restored.source == epochs.epoch_dir(tmp_path, 2)
+
+
 def test_a_checkpoint_that_does_not_fit_the_plan_refuses_the_start(tmp_path: Path) -> None:
     old_plan, new_plan = make_plan(partitions=8), make_plan(partitions=4)
     first = prepare_start(tmp_path, 1, old_plan, old_plan.hash, "", {}, T)

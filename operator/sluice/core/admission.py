@@ -30,7 +30,8 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from sluice.core.classify import classify
-from sluice.core.compiler import compile_query
+from sluice.core.compiler import CompileTarget, compile_query
+from sluice.core.engine import query_digest
 from sluice.core.errors import CompileError
 from sluice.core.manifest import validation_problems
 from sluice.core.naming import QueryIdentity
@@ -166,16 +167,25 @@ def _query(models: SpecModels, spec: Any) -> tuple[QuerySpec, UpgradePolicy | No
     return query, upgrade if isinstance(upgrade, UpgradePolicy) else None
 
 
-def _old_hash(models: SpecModels, old: Mapping[str, Any] | None) -> str | None:
-    """The plan the old spec compiles to (None when it does not)."""
+def same_inputs(models: SpecModels, old: Mapping[str, Any] | None, query: QuerySpec) -> bool:
+    """Whether the edit leaves what the plan is compiled from as it was: the pinned plan stays,
+    whatever this operator's compiler makes of the spec (``sluice.core.engine.plan_inputs``)."""
     if old is None:
-        return None
+        return False
     try:
-        query, _ = _query(models, old.get("spec"))
-        plan = compile_query(query)
-    except (ValidationError, CompileError):
-        return None
-    return plan.hash or plan.compute_hash()
+        before, _ = _query(models, old.get("spec"))
+    except ValidationError:
+        return False
+    return query_digest(before) == query_digest(query)
+
+
+def compile_target(status: Mapping[str, Any]) -> CompileTarget:
+    """What an edit is compiled for: the Spark and settings of the engine the query runs on."""
+    engine = status.get("engine") or {}
+    if not engine.get("sparkVersion"):
+        return CompileTarget()
+    return CompileTarget(spark_version=str(engine["sparkVersion"]),
+                         spark_conf={str(k): str(v) for k, v in (engine.get("sparkConf") or {}).items()})
 
 
 def review_query(operation: str, new: Mapping[str, Any], old: Mapping[str, Any] | None,
@@ -195,8 +205,9 @@ def review_query(operation: str, new: Mapping[str, Any], old: Mapping[str, Any] 
         query, own_policy = _query(models, new.get("spec"))
     except ValidationError as exc:
         return deny(validation_message(exc))
+    status = (old or new).get("status") or {}
     try:
-        plan = compile_query(query)
+        plan = compile_query(query, compile_target(status))
     except CompileError as exc:
         return deny(compile_message(exc))
     new_hash = plan.hash or plan.compute_hash()
@@ -206,8 +217,7 @@ def review_query(operation: str, new: Mapping[str, Any], old: Mapping[str, Any] 
     if cluster_upgrade is None and unavailable is None:
         warnings.append(f"QueryCluster {cluster_name(new)!r} not found in namespace "
                         f"{meta.get('namespace')!r}: the query waits for it (ClusterNotFound)")
-    status = (old or new).get("status") or {}
-    if operation != UPDATE or not status.get("plan") or _old_hash(models, old) == new_hash:
+    if operation != UPDATE or not status.get("plan") or same_inputs(models, old, query):
         return allow(*warnings)  # nothing runs yet, or this edit leaves the plan as it was
     policy = own_policy or _cluster_policy(cluster_upgrade)
     return _upgrade(plan, new_hash, status, meta, policy, running_plan, unavailable, warnings)
@@ -309,7 +319,29 @@ def review_cluster(operation: str, new: Mapping[str, Any], old: Mapping[str, Any
         models.cluster.model_validate(spec if isinstance(spec, Mapping) else {})
     except ValidationError as exc:
         return deny(validation_message(exc))
-    return allow()
+    changed = engine_fields_changed((old or {}).get("spec") or {}, spec or {}) if operation == UPDATE else []
+    if not changed:
+        return allow()
+    at_once = (((spec or {}).get("upgrade") or {}).get("maxConcurrentRollouts")) or 1
+    return allow(f"this change ({', '.join(changed)}) reaches the queries of this cluster: each is upgraded "
+                 f"behind its health gate and rolled back on failure, at most {at_once} at a time; a "
+                 f"failure halts the rest (see the QueryCluster's status.rollout)")
+
+
+#: the QueryCluster fields that reach its queries' pods or plans (``sluice.crd.engine.Engine``)
+ENGINE_FIELDS = ("image", "imagePullPolicy", "sparkVersion", "sparkConf", "driver", "executor", "executors",
+                 "drainSeconds", "kafka.bootstrapServers", "kafka.tls", "kafka.sasl")
+
+
+def engine_fields_changed(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]:
+    """The engine fields an edit of a QueryCluster spec changes (as written)."""
+    def get(spec: Mapping[str, Any], path: str) -> Any:
+        value: Any = spec
+        for part in path.split("."):
+            value = value.get(part) if isinstance(value, Mapping) else None
+        return value
+
+    return [f for f in ENGINE_FIELDS if get(old, f) != get(new, f)]
 
 
 # -- the ValidatingWebhookConfiguration ------------------------------------------------------------

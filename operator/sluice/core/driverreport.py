@@ -64,6 +64,8 @@ class Progress:
     #: records the main query is behind its sources in its newest progress report (sum over every
     #: source partition of latest - end offset); None: not known (no report with latest offsets)
     lag_records: int | None = None
+    #: the engine digest the holder runs on (SLUICE_ENGINE; "" when it was given none)
+    engine: str = ""
 
     def to_json(self) -> str:
         data: dict[str, Any] = {"planHash": self.plan_hash, "epoch": self.epoch, "batches": self.batches,
@@ -71,6 +73,8 @@ class Progress:
                                 "deadLetters": self.dead_letters}
         if self.lag_records is not None:
             data["lagRecords"] = self.lag_records
+        if self.engine:
+            data["engine"] = self.engine
         return json.dumps(data, sort_keys=True, separators=(",", ":"))
 
     @classmethod
@@ -82,7 +86,8 @@ class Progress:
             lag = data.get("lagRecords")
             return cls(str(data["planHash"]), int(data.get("epoch") or 0), int(data.get("batches") or 0),
                        int(data.get("progressEvents") or 0), int(data.get("inputRows") or 0),
-                       int(data.get("deadLetters") or 0), None if lag is None else int(lag))
+                       int(data.get("deadLetters") or 0), None if lag is None else int(lag),
+                       str(data.get("engine") or ""))
         except (TypeError, ValueError):
             return None
 
@@ -97,11 +102,13 @@ class DriverError:
     message: str
     time: str  # RFC 3339
     step: str | None = None  # the plan step the error points at, where it can be told
+    engine: str = ""  # the engine digest the driver runs on
 
     def to_json(self) -> str:
         return json.dumps({"planHash": self.plan_hash, "phase": self.phase, "class": self.error_class,
                            "message": self.message[:MAX_MESSAGE], "time": self.time,
-                           **({"step": self.step} if self.step else {})}, sort_keys=True,
+                           **({"step": self.step} if self.step else {}),
+                           **({"engine": self.engine} if self.engine else {})}, sort_keys=True,
                           separators=(",", ":"))
 
     @classmethod
@@ -111,7 +118,8 @@ class DriverError:
             return None
         return cls(plan_hash=str(data["planHash"]), phase=str(data.get("phase") or "active"),
                    error_class=str(data.get("class") or "Error"), message=str(data.get("message") or ""),
-                   time=str(data.get("time") or ""), step=data.get("step") or None)
+                   time=str(data.get("time") or ""), step=data.get("step") or None,
+                   engine=str(data.get("engine") or ""))
 
     def summary(self) -> str:
         where = f" in step {self.step}" if self.step else ""
@@ -120,16 +128,20 @@ class DriverError:
 
 @dataclass(frozen=True)
 class Backstop:
-    """A checkpoint epoch kept from before a switch of plan."""
+    """A checkpoint epoch kept from before a switch of plan or engine."""
 
     epoch: int
     plan_hash: str  # the plan that wrote it
     to_plan: str  # the plan that took over from it
     time: str
+    engine: str = ""  # the engine that wrote it
+    to_engine: str = ""  # the engine that took over from it
 
     def to_json(self) -> str:
-        return json.dumps({"epoch": self.epoch, "planHash": self.plan_hash, "toPlan": self.to_plan,
-                           "time": self.time}, sort_keys=True, separators=(",", ":"))
+        data: dict[str, Any] = {"epoch": self.epoch, "planHash": self.plan_hash, "toPlan": self.to_plan,
+                                "time": self.time}
+        data.update({k: v for k, v in (("engine", self.engine), ("toEngine", self.to_engine)) if v})
+        return json.dumps(data, sort_keys=True, separators=(",", ":"))
 
     @classmethod
     def from_json(cls, text: str | None) -> Backstop | None:
@@ -138,22 +150,27 @@ class Backstop:
             return None
         try:
             return cls(int(data["epoch"]), str(data.get("planHash") or ""), str(data.get("toPlan") or ""),
-                       str(data.get("time") or ""))
+                       str(data.get("time") or ""), str(data.get("engine") or ""),
+                       str(data.get("toEngine") or ""))
         except (TypeError, ValueError):
             return None
 
 
 @dataclass(frozen=True)
 class RestoreRequest:
-    """The operator asks the next holder running ``plan_hash`` to start from backstop ``epoch``."""
+    """The operator asks the next holder running ``plan_hash`` (on ``engine``, when given) to start
+    from backstop ``epoch``."""
 
     id: str
     epoch: int
     plan_hash: str
+    engine: str = ""
 
     def to_json(self) -> str:
-        return json.dumps({"id": self.id, "epoch": self.epoch, "planHash": self.plan_hash}, sort_keys=True,
-                          separators=(",", ":"))
+        data: dict[str, Any] = {"id": self.id, "epoch": self.epoch, "planHash": self.plan_hash}
+        if self.engine:
+            data["engine"] = self.engine
+        return json.dumps(data, sort_keys=True, separators=(",", ":"))
 
     @classmethod
     def from_json(cls, text: str | None) -> RestoreRequest | None:
@@ -161,15 +178,24 @@ class RestoreRequest:
         if data is None or not data.get("id"):
             return None
         try:
-            return cls(str(data["id"]), int(data["epoch"]), str(data.get("planHash") or ""))
+            return cls(str(data["id"]), int(data["epoch"]), str(data.get("planHash") or ""),
+                       str(data.get("engine") or ""))
         except (KeyError, TypeError, ValueError):
             return None
 
 
-def pending_restore(annotations: dict[str, str], plan_hash: str) -> RestoreRequest | None:
-    """The restore a holder running ``plan_hash`` must carry out when it takes over, if any."""
+def same_engine(recorded: str, wanted: str | None) -> bool:
+    """Whether a record of engine ``recorded`` is one of ``wanted`` (None or "": any engine)."""
+    return not wanted or recorded == wanted
+
+
+def pending_restore(annotations: dict[str, str], plan_hash: str, engine: str = "") -> RestoreRequest | None:
+    """The restore a holder running ``plan_hash`` on ``engine`` must carry out when it takes over,
+    if any (a request naming an engine is for a holder on that engine only)."""
     request = RestoreRequest.from_json(annotations.get(RESTORE_REQUEST))
     if request is None or request.plan_hash != plan_hash or annotations.get(RESTORE_DONE) == request.id:
+        return None
+    if request.engine and request.engine != engine:
         return None
     return request
 

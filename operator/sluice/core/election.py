@@ -42,6 +42,10 @@ STANDBY_DELETION_COST = "0"
 #: Lease annotations written by the holder
 HOLDER_ADDRESS = "sluice.dev/holder-address"
 HOLDER_PLAN = "sluice.dev/holder-plan-hash"
+#: the engine digest the holder runs on (``SLUICE_ENGINE``), and what it reports it carries (Spark,
+#: connectors: JSON)
+HOLDER_ENGINE = "sluice.dev/holder-engine"
+HOLDER_VERSIONS = "sluice.dev/holder-versions"
 LAST_TAKEOVER = "sluice.dev/last-takeover"
 HANDOFF_DONE = "sluice.dev/handoff-done"
 #: Lease annotation written by the releasing holder: the pod that should take over first
@@ -211,6 +215,7 @@ class Takeover:
     epoch: int  # leaseTransitions after the takeover
     gap_seconds: float | None = None  # last commit of the old holder -> first commit of the new one
     plan_hash: str = ""
+    engine: str = ""  # the engine digest the new holder runs on
 
     @property
     def kind(self) -> str:
@@ -220,6 +225,8 @@ class Takeover:
     def to_json(self) -> str:
         data = {"time": self.time, "from": self.from_pod, "to": self.to_pod, "reason": self.reason,
                 "epoch": self.epoch, "gapSeconds": self.gap_seconds, "planHash": self.plan_hash}
+        if self.engine:
+            data["engine"] = self.engine
         return json.dumps(data, sort_keys=True)
 
     @classmethod
@@ -232,7 +239,7 @@ class Takeover:
             return cls(time=str(data["time"]), from_pod=str(data.get("from") or ""), to_pod=str(data["to"]),
                        reason=str(data["reason"]), epoch=int(data.get("epoch") or 0),
                        gap_seconds=None if gap is None else float(gap),
-                       plan_hash=str(data.get("planHash") or ""))
+                       plan_hash=str(data.get("planHash") or ""), engine=str(data.get("engine") or ""))
         except (ValueError, KeyError, TypeError):
             return None
 
@@ -285,7 +292,21 @@ def drivers_status(
                 "reason": takeover.kind, "gapSeconds": takeover.gap_seconds}
     if last:
         out["lastFailover"] = last
+    versions = _load_versions(record.annotations.get(HOLDER_VERSIONS)) if record is not None else None
+    if versions:
+        out["versions"] = versions
     return out
+
+
+def _load_versions(text: str | None) -> dict[str, str] | None:
+    """What the holder reported it runs on (``HOLDER_VERSIONS``: a JSON object of strings)."""
+    if not text:
+        return None
+    try:
+        data = json.loads(text)
+    except ValueError:
+        return None
+    return {str(k): str(v) for k, v in data.items()} if isinstance(data, dict) else None
 
 
 # -- helpers for the operator (added with the operator side of standby drivers) ---------------

@@ -24,12 +24,18 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
-from sluice.core.driverreport import DRIVER_ERROR, HOLDER_PROGRESS, DriverError, Progress
+from sluice.core.driverreport import DRIVER_ERROR, HOLDER_PROGRESS, DriverError, Progress, same_engine
 from sluice.core.election import HOLDER_PLAN, LAST_TAKEOVER, LeaseRecord, Takeover
 
 PLAN_LABEL = "sluice.dev/plan-hash"
+#: label of a driver pod: the first 12 characters of the engine digest its template was built with
+ENGINE_LABEL = "sluice.dev/engine"
 #: restarts of a target-plan driver container that count as a crash loop
 MAX_RESTARTS = 3
+#: container states in which a driver pod can never start: its image cannot be had, or its
+#: configuration is refused (the gate fails at once rather than waiting out its deadline)
+CANNOT_START = frozenset({"ErrImagePull", "ImagePullBackOff", "ErrImageNeverPull", "InvalidImageName",
+                          "CreateContainerConfigError", "CreateContainerError"})
 
 
 class Verdict(StrEnum):
@@ -60,10 +66,26 @@ def _pod_plan(pod: dict[str, Any]) -> str:
     return str(((pod.get("metadata") or {}).get("labels") or {}).get(PLAN_LABEL) or "")
 
 
-def runs_plan(pod: dict[str, Any], plan_hash: str) -> bool:
-    """Whether ``pod`` belongs to the driver template of ``plan_hash`` (label holds a prefix)."""
+def runs_plan(pod: dict[str, Any], plan_hash: str, engine: str | None = None) -> bool:
+    """Whether ``pod`` belongs to the driver template of ``plan_hash`` (label holds a prefix) and,
+    when ``engine`` is given, of that engine."""
     label = _pod_plan(pod)
-    return bool(label) and plan_hash.startswith(label)
+    if not label or not plan_hash.startswith(label):
+        return False
+    if engine:
+        pod_engine = str(((pod.get("metadata") or {}).get("labels") or {}).get(ENGINE_LABEL) or "")
+        return bool(pod_engine) and engine.startswith(pod_engine)
+    return True
+
+
+def cannot_start(pod: dict[str, Any]) -> str | None:
+    """Why the pod's container can never start (``Reason: message``), if it cannot."""
+    statuses = (pod.get("status") or {}).get("containerStatuses") or []
+    for status in statuses:
+        waiting = (status.get("state") or {}).get("waiting") or {}
+        if waiting.get("reason") in CANNOT_START:
+            return f"{waiting['reason']}: {waiting.get('message') or status.get('image') or ''}".strip()
+    return None
 
 
 def restarts(pod: dict[str, Any]) -> int:
@@ -71,13 +93,15 @@ def restarts(pod: dict[str, Any]) -> int:
     return max((int(s.get("restartCount") or 0) for s in statuses), default=0)
 
 
-def driver_errors(pods: list[dict[str, Any]], plan_hash: str, since: dt.datetime | None) -> list[DriverError]:
-    """Errors drivers of ``plan_hash`` reported at or after ``since``, newest first."""
+def driver_errors(pods: list[dict[str, Any]], plan_hash: str, since: dt.datetime | None,
+                  engine: str | None = None) -> list[DriverError]:
+    """Errors drivers of ``plan_hash`` (on ``engine``, when given) reported at or after ``since``,
+    newest first."""
     found: list[tuple[dt.datetime, DriverError]] = []
     for pod in pods:
         text = ((pod.get("metadata") or {}).get("annotations") or {}).get(DRIVER_ERROR)
         error = DriverError.from_json(text)
-        if error is None or error.plan_hash != plan_hash:
+        if error is None or error.plan_hash != plan_hash or not same_engine(error.engine, engine):
             continue
         when = parse_time(error.time) or dt.datetime.min.replace(tzinfo=dt.UTC)
         if since is not None and when < since:
@@ -86,12 +110,14 @@ def driver_errors(pods: list[dict[str, Any]], plan_hash: str, since: dt.datetime
     return [e for _, e in sorted(found, key=lambda item: item[0], reverse=True)]
 
 
-def target_progress(record: LeaseRecord | None, plan_hash: str, start_epoch: int) -> Progress | None:
-    """The holder's progress, if it runs ``plan_hash`` in a term that began after ``start_epoch``."""
+def target_progress(record: LeaseRecord | None, plan_hash: str, start_epoch: int,
+                    engine: str | None = None) -> Progress | None:
+    """The holder's progress, if it runs ``plan_hash`` (on ``engine``, when given) in a term that
+    began after ``start_epoch``."""
     if record is None or not record.holder:
         return None
     progress = Progress.from_json(record.annotations.get(HOLDER_PROGRESS))
-    if progress is None or progress.plan_hash != plan_hash:
+    if progress is None or progress.plan_hash != plan_hash or not same_engine(progress.engine, engine):
         return None
     if progress.epoch <= start_epoch or progress.epoch != record.transitions:
         return None
@@ -116,21 +142,30 @@ def evaluate(
     max_dead_letter_ratio: float | None = None,
     max_restarts: int = MAX_RESTARTS,
     errors_since: dt.datetime | None = None,
+    engine: str | None = None,
 ) -> GateResult:
-    """Whether the driver of ``plan_hash`` passed, failed, or is still being waited for.
+    """Whether the driver of ``plan_hash`` (on ``engine``, when the rollout changes the engine: the
+    old engine runs the same plan) passed, failed, or is still being waited for.
 
     The deadline counts from ``started`` (the gate's start); errors count from ``errors_since``
     (the rollout's start: a driver of the new plan may fail before the gate started), by default
     ``started``."""
-    progress = target_progress(record, plan_hash, start_epoch)
-    errors = driver_errors(pods, plan_hash, errors_since or started)
+    progress = target_progress(record, plan_hash, start_epoch, engine)
+    errors = driver_errors(pods, plan_hash, errors_since or started, engine)
     if errors:
         error = errors[0]
         where = "while warming up" if error.phase == "warm-up" else "while running"
         return GateResult(Verdict.FAIL,
                           f"the driver on plan {plan_hash[:12]} failed {where}: {error.summary()}",
                           error, progress)
-    looping = [p for p in pods if runs_plan(p, plan_hash) and restarts(p) >= max_restarts]
+    stuck = [(p, why) for p in pods if runs_plan(p, plan_hash, engine) and (why := cannot_start(p))]
+    if stuck:
+        pod, why = stuck[0]
+        name = (pod.get("metadata") or {}).get("name", "?")
+        error = DriverError(plan_hash, "warm-up", "PodCannotStart", why, "", engine=engine or "")
+        return GateResult(Verdict.FAIL, f"the driver pod {name} on plan {plan_hash[:12]} cannot start: {why}",
+                          error, progress)
+    looping = [p for p in pods if runs_plan(p, plan_hash, engine) and restarts(p) >= max_restarts]
     if looping:
         name = (looping[0].get("metadata") or {}).get("name", "?")
         return GateResult(Verdict.FAIL, f"the driver pod {name} on plan {plan_hash[:12]} restarted "

@@ -84,39 +84,54 @@ def deployed_hash(pinned: dict[str, Any] | None, rollout: dict[str, Any] | None)
     return (pinned or {}).get("hash")
 
 
-def held_back(last_upgrade: dict[str, Any] | None, compiled_hash: str, generation: int | None) -> bool:
-    """Whether the spec still asks for a plan whose upgrade was rolled back at this generation: it
-    is not tried again until the spec is edited (any edit, ``restartNonce`` included)."""
-    return bool(last_upgrade) and (last_upgrade or {}).get("toHash") == compiled_hash and (
-        (last_upgrade or {}).get("outcome") == Outcome.ROLLED_BACK
-        and (last_upgrade or {}).get("generation") == generation)
+def target_engine(rollout: dict[str, Any] | None, pinned_engine: str | None) -> str | None:
+    """The engine (digest) a rollout puts the workload on: its own target engine when it changes the
+    engine, else the pinned one."""
+    return str(((rollout or {}).get("targetEngine") or {}).get("digest") or "") or pinned_engine
+
+
+def held_back(last_upgrade: dict[str, Any] | None, compiled_hash: str, generation: int | None,
+              engine: str | None = None) -> bool:
+    """Whether the spec still asks for a plan (on ``engine``) whose upgrade was rolled back at this
+    generation: it is not tried again until the spec is edited (any edit, ``restartNonce``
+    included) or, for an engine, until the QueryCluster names another one."""
+    last = last_upgrade or {}
+    same_engine = engine is None or not last.get("toEngine") or last.get("toEngine") == engine
+    return bool(last_upgrade) and last.get("toHash") == compiled_hash and same_engine and (
+        last.get("outcome") == Outcome.ROLLED_BACK and last.get("generation") == generation)
 
 
 def next_action(pinned: dict[str, Any] | None, rollout: dict[str, Any] | None, compiled_hash: str,
-                last_upgrade: dict[str, Any] | None = None, generation: int | None = None) -> Action:
-    """What the reconcile does next, from the status (pinned plan, rollout, last upgrade), the
-    compiled spec and its generation."""
-    pinned_hash = (pinned or {}).get("hash")
+                last_upgrade: dict[str, Any] | None = None, generation: int | None = None, *,
+                engine: str | None = None, pinned_engine: str | None = None) -> Action:
+    """What the reconcile does next, from the status (pinned plan and engine, rollout, last upgrade),
+    the plan the spec asks for, the engine the QueryCluster gives the query now (``engine``: None
+    compares plans only) and the spec's generation."""
+    engine = engine or pinned_engine
+    desired = (compiled_hash, engine)
+    stable = ((pinned or {}).get("hash"), pinned_engine)
     step = (rollout or {}).get("step")
     if rollout is not None and step in IN_FLIGHT:
-        if (step in REVERTIBLE and pinned_hash == compiled_hash
-                and rollout.get("targetHash") != pinned_hash):
+        target = (rollout.get("targetHash"), target_engine(rollout, pinned_engine))
+        if step in REVERTIBLE and stable == desired and target != stable:
             return Action("revert", rollout)
         return Action("resume", rollout)
-    if pinned_hash is None:
+    if stable[0] is None:
         return Action("create")
-    deployed = deployed_hash(pinned, rollout)
-    if deployed == compiled_hash:
+    deployed = ((deployed_hash(pinned, rollout), target_engine(rollout, pinned_engine))
+                if step == Step.FAILED else stable)
+    if deployed == desired:
         if rollout is not None and step == Step.FAILED:
             return Action("wait", rollout)
         if rollout is not None:
             return Action("cancel", rollout)
         return Action("steady")
-    if rollout is not None and step in WAITING and rollout.get("targetHash") == compiled_hash:
+    if (rollout is not None and step in WAITING and rollout.get("targetHash") == compiled_hash
+            and target_engine(rollout, pinned_engine) == engine):
         return Action("wait", rollout)
-    if rollout is None and held_back(last_upgrade, compiled_hash, generation):
+    if rollout is None and held_back(last_upgrade, compiled_hash, generation, engine):
         return Action("held")
-    return Action("classify", rollout, from_hash=deployed)
+    return Action("classify", rollout, from_hash=deployed[0])
 
 
 def executes_automatically(category: str, decision: str, replace_strategy: str | None = None) -> bool:
@@ -316,6 +331,8 @@ def completed_plan(rollout: dict[str, Any], format_version: int | None = None) -
         out["outputTopic"] = rollout["outputTopic"]
     if format_version is not None:
         out["formatVersion"] = format_version
+    if rollout.get("targetInputs"):
+        out["inputs"] = rollout["targetInputs"]
     return out
 
 
@@ -328,8 +345,13 @@ def upgrade_record(
     changes: list[str],
     now: str,
     generation: int | None = None,
+    from_engine: str | None = None,
+    to_engine: str | None = None,
+    cause: str | None = None,
 ) -> dict[str, Any]:
+    engines = {k: v for k, v in (("fromEngine", from_engine), ("toEngine", to_engine), ("cause", cause)) if v}
     return {
+        **engines,
         "fromHash": from_hash,
         "toHash": rollout["targetHash"],
         "category": rollout["category"],

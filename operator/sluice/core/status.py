@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
-CONDITION_TYPES = ("Ready", "Progressing", "Degraded")
+CONDITION_TYPES = ("Ready", "Progressing", "Degraded", "ReplanAvailable")
 
 
 class Reason(StrEnum):
@@ -38,6 +38,8 @@ class Reason(StrEnum):
     CLUSTER_INVALID = "ClusterInvalid"
     KAFKA_UNREACHABLE = "KafkaUnreachable"
     KAFKA_REACHABLE = "KafkaReachable"
+    COMPILER_CHANGED = "CompilerChanged"
+    PLAN_CURRENT = "PlanCurrent"
 
 
 class EventReason(StrEnum):
@@ -78,6 +80,11 @@ class EventReason(StrEnum):
     VERSION_CLEANED_UP = "VersionCleanedUp"
     ROLLBACK_REQUESTED = "RollbackRequested"
     ROLLBACK_REFUSED = "RollbackRefused"
+    REPLAN_AVAILABLE = "ReplanAvailable"
+    #: a QueryCluster's rollout across its queries
+    ROLLOUT_WAVE = "RolloutWave"
+    ROLLOUT_HALTED = "RolloutHalted"
+    ROLLOUT_COMPLETE = "RolloutComplete"
 
 
 PHASES = (
@@ -233,6 +240,26 @@ def reduce_status(previous: dict[str, Any] | None, facts: Facts, now: str) -> di
         conditions = set_condition(conditions, "Degraded", False, Reason.AS_EXPECTED, "", now, gen)
 
     return {"observedGeneration": gen, "phase": phase, "ready": ready, "conditions": conditions}
+
+
+def with_replan_condition(status: dict[str, Any], now: str) -> dict[str, Any]:
+    """``status`` with the ``ReplanAvailable`` condition derived from ``plan.replan`` (True while this
+    operator's compiler plans the unchanged spec differently; the re-plan waits for the user)."""
+    plan = status.get("plan")
+    if not isinstance(plan, dict):
+        return status
+    replan = plan.get("replan") or {}
+    if replan:
+        cond = (True, Reason.COMPILER_CHANGED, str(replan.get("message") or ""))
+    else:
+        cond = (False, Reason.PLAN_CURRENT, "this operator compiles the spec into the pinned plan")
+    conditions = list(status.get("conditions") or [])
+    previous = get_condition(conditions, "ReplanAvailable")
+    if (previous is not None and previous.get("status") == ("True" if cond[0] else "False")
+            and previous.get("message") == cond[2]):
+        return status
+    return {**status, "conditions": set_condition(conditions, "ReplanAvailable", *cond, now,
+                                                  status.get("observedGeneration"))}
 
 
 def merge_patch(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 from typing import Any, ClassVar, Literal
 
-from pydantic import ConfigDict, Field
+from pydantic import ConfigDict, Field, field_validator
 from pydantic.alias_generators import to_camel
 
+from sluice.core import sparkversion
+from sluice.core.plan import meaning
+from sluice.core.plan.model import SPARK_VERSION
 from sluice.core.spec import CleanupPolicy, UpgradePolicy
 from sluice.crd.common import (
     QUANTITY_PATTERN,
@@ -14,40 +17,16 @@ from sluice.crd.common import (
     CrdModel,
     ResourceAmounts,
     Resources,
-    SecretKeyRef,
     StatusModel,
 )
+from sluice.crd.engine import WORKLOAD_TEMPLATE, Engine, ImagePullPolicy
+from sluice.crd.kafka import KafkaSasl, KafkaSettings, KafkaTls
 from sluice.crd.streamingquery import Condition
 
+__all__ = ["ClusterUpgradePolicy", "Engine", "KafkaSasl", "KafkaSettings", "KafkaTls", "QueryCluster",
+           "QueryClusterSpec", "QueryClusterStatus", "Storage"]
+
 SERVICE_ID_PATTERN = r"^[a-z0-9]([a-z0-9-]*[a-z0-9])?$"
-
-
-class KafkaTls(CrdModel):
-    """TLS towards the brokers; certificates come from Secrets, never inline."""
-
-    ca_secret: SecretKeyRef | None = Field(default=None, description="CA certificate (PEM).")
-    cert_secret: SecretKeyRef | None = Field(default=None, description="Client certificate (PEM).")
-    key_secret: SecretKeyRef | None = Field(default=None, description="Client private key (PEM).")
-
-
-class KafkaSasl(CrdModel):
-    mechanism: Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"] = Field(description="SASL mechanism.")
-    username_secret: SecretKeyRef = Field(description="Secret key holding the user name.")
-    password_secret: SecretKeyRef = Field(description="Secret key holding the password.")
-
-
-class KafkaSettings(CrdModel):
-    bootstrap_servers: str = Field(
-        min_length=1, description="Comma-separated host:port list of Kafka brokers."
-    )
-    tls: KafkaTls | None = Field(default=None, description="TLS settings (Secret references).")
-    sasl: KafkaSasl | None = Field(default=None, description="SASL settings (Secret references).")
-    default_partitions: int = Field(
-        default=1, ge=1, description="Partitions of sink topics the operator creates."
-    )
-    default_replication_factor: int = Field(
-        default=1, ge=1, description="Replication factor of sink topics the operator creates."
-    )
 
 
 class Storage(CrdModel):
@@ -72,6 +51,18 @@ def _default_executor() -> Resources:
     )
 
 
+class ClusterUpgradePolicy(UpgradePolicy):
+    """The queries' default upgrade policy, and how a change of the cluster itself is rolled out."""
+
+    max_concurrent_rollouts: int = Field(
+        default=1, ge=1, le=1000,
+        description="A change of this QueryCluster that reaches the queries' pods or plans (image, "
+        "sparkVersion, sparkConf, resources, executors, drainSeconds, Kafka connection) is rolled out "
+        "query by query, at most this many at once, each behind its health gate; a failed gate halts "
+        "the rollout (status.rollout).",
+    )
+
+
 class QueryClusterSpec(CrdModel):
     """Shared settings for the StreamingQueries that refer to this cluster."""
 
@@ -83,11 +74,20 @@ class QueryClusterSpec(CrdModel):
     image: str | None = Field(
         default=None, description="Runtime image; absent: sluice-runtime:<operator version>."
     )
-    image_pull_policy: Literal["Always", "IfNotPresent", "Never"] = Field(
+    image_pull_policy: ImagePullPolicy = Field(
         default="IfNotPresent", description="Pull policy of the runtime image."
     )
+    spark_version: str | None = Field(
+        default=None, max_length=40,
+        description=f"The Spark version the runtime image carries: plans are compiled for it and a change "
+        f"is rolled out as an engine upgrade; absent: {SPARK_VERSION}, the Spark of the operator's "
+        f"default runtime image. Set it whenever image names an image of another Spark.",
+    )
     spark_conf: dict[str, str] = Field(
-        default_factory=dict, description="Spark settings applied to every query (plan-pinned settings win)."
+        default_factory=dict, description="Spark settings applied to every query. Settings that change "
+        "results or the state's layout (session time zone, ANSI mode, state store provider and formats, "
+        "...) enter each query's plan, so a change of one is classified like a SQL edit; "
+        "spark.sql.shuffle.partitions is set per query (spec.shufflePartitions).",
     )
     driver: Resources = Field(default_factory=_default_driver, description="Driver container resources.")
     executor: Resources = Field(
@@ -104,13 +104,75 @@ class QueryClusterSpec(CrdModel):
     cleanup: CleanupPolicy = Field(
         default_factory=CleanupPolicy, description="Default clean-up policy of retired plan versions."
     )
-    upgrade: UpgradePolicy = Field(
-        default_factory=UpgradePolicy, description="Default upgrade policy of queries."
+    upgrade: ClusterUpgradePolicy = Field(
+        default_factory=ClusterUpgradePolicy,
+        description="Default upgrade policy of queries, and how changes of this cluster roll out.",
     )
     drain_seconds: int = Field(
         default=120, ge=10, le=3600,
         description="Time a driver gets to finish its micro-batch and commit when stopped.",
     )
+
+    @field_validator("spark_version")
+    @classmethod
+    def _spark_version(cls, value: str | None) -> str | None:
+        if value is not None:
+            sparkversion.parse(value)
+        return value
+
+    @field_validator("spark_conf")
+    @classmethod
+    def _spark_conf(cls, value: dict[str, str]) -> dict[str, str]:
+        problems = meaning.conf_problems(value)
+        if problems:
+            raise ValueError("; ".join(problems))
+        return value
+
+    def engine(self, default_image: str) -> Engine:
+        """The engine this cluster gives its queries now (``default_image`` when it names none)."""
+        return Engine(
+            image=self.image or default_image, image_pull_policy=self.image_pull_policy,
+            spark_version=self.spark_version or SPARK_VERSION, spark_conf=dict(self.spark_conf),
+            driver=self.driver, executor=self.executor, executors=self.executors,
+            drain_seconds=self.drain_seconds, kafka_bootstrap_servers=self.kafka.bootstrap_servers,
+            kafka_tls=self.kafka.tls, kafka_sasl=self.kafka.sasl, template=WORKLOAD_TEMPLATE,
+        )
+
+    def with_engine(self, engine: Engine) -> QueryClusterSpec:
+        """This cluster as ``engine`` sees it: what reaches the pods and plans from the engine."""
+        kafka = self.kafka.model_copy(update={"bootstrap_servers": engine.kafka_bootstrap_servers,
+                                              "tls": engine.kafka_tls, "sasl": engine.kafka_sasl})
+        return self.model_copy(update={
+            "image": engine.image, "image_pull_policy": engine.image_pull_policy,
+            "spark_version": engine.spark_version, "spark_conf": dict(engine.spark_conf),
+            "driver": engine.driver, "executor": engine.executor, "executors": engine.executors,
+            "drain_seconds": engine.drain_seconds, "kafka": kafka,
+        })
+
+
+class FleetFailure(StatusModel):
+    query: str = Field(description="The query whose upgrade failed.")
+    message: str = Field(default="", description="Why.")
+
+
+class FleetRollout(StatusModel):
+    """How far the change of this cluster has reached its queries (rolled out in waves)."""
+
+    target: str = Field(description="Digest of the engine the queries are moved to.")
+    image: str | None = Field(default=None, description="Its runtime image.")
+    spark_version: str | None = Field(default=None, description="Its Spark version.")
+    started: str | None = Field(default=None, description="When this rollout began.")
+    state: Literal["Progressing", "Halted", "Complete"] = Field(description="Progressing, Halted (a query's "
+                                                                "upgrade failed) or Complete.")
+    total: int = Field(default=0, description="Queries of this cluster.")
+    updated: list[str] = Field(default_factory=list, description="Queries on the new engine.")
+    in_progress: list[str] = Field(default_factory=list, description="Queries whose upgrade runs.")
+    admitted: list[str] = Field(default_factory=list, description="Queries that may roll now.")
+    pending: list[str] = Field(default_factory=list, description="Queries waiting for their turn.")
+    refused: list[str] = Field(default_factory=list, description="Queries whose upgrade was refused (they "
+                               "stay on their engine; their status says why).")
+    failure: FleetFailure | None = Field(default=None, description="The failure that halted the rollout.")
+    message: str = Field(default="", description="How far it got, or why it stopped.")
 
 
 class QueryClusterStatus(StatusModel):
@@ -122,6 +184,8 @@ class QueryClusterStatus(StatusModel):
         default_factory=list, description="Ready and Degraded (reason KafkaReachable, KafkaUnreachable or "
         "ClusterInvalid).")
     image: str | None = Field(default=None, description="Resolved runtime image.")
+    rollout: FleetRollout | None = Field(default=None, description="The rollout of the last change that "
+                                         "reached the queries.")
 
 
 class QueryCluster(CrdModel, CrdKind):

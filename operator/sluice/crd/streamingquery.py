@@ -9,6 +9,7 @@ from pydantic.alias_generators import to_camel
 
 from sluice.core.spec import CleanupPolicy, QuerySpec, Sink, Trigger, UpgradePolicy
 from sluice.crd.common import CrdKind, CrdModel, Resources, StatusModel
+from sluice.crd.engine import Engine
 
 Phase = Literal[
     "Pending", "Starting", "Running", "Upgrading", "UpgradePending", "Suspended", "Degraded", "Deleting"
@@ -82,7 +83,7 @@ class StreamingQuerySpec(QuerySpec):
 class Condition(StatusModel):
     """One condition of the object (Kubernetes conventions)."""
 
-    type: str = Field(description="Ready, Progressing or Degraded.")
+    type: str = Field(description="Ready, Progressing, Degraded or ReplanAvailable.")
     status: Literal["True", "False", "Unknown"] = Field(description="True, False or Unknown.")
     reason: str = Field(description="CamelCase reason.")
     message: str = Field(default="", description="Human-readable details.")
@@ -103,6 +104,29 @@ class PreviousVersion(StatusModel):
     exactly_once: bool = Field(description="Whether it wrote with exactly-once (transactional) delivery.")
 
 
+class PlanInputs(StatusModel):
+    """Digests of what the pinned plan was compiled from: while a reconcile reads the same, the
+    plan is kept whatever the operator's compiler makes of the spec now."""
+
+    query: str = Field(description="sha256 of the query part of the spec (fields left at their defaults "
+                       "left out).")
+    engine: str = Field(description="sha256 of the engine fields that enter plans (the Spark line and the "
+                        "pinned Spark settings of the QueryCluster).")
+
+
+class Replan(StatusModel):
+    """What this operator's compiler would make of the unchanged spec, when it differs from the
+    pinned plan: offered, never carried out until accepted (annotation sluice.dev/replan)."""
+
+    hash: str = Field(description="sha256 of the plan this operator compiles (empty: it refuses the spec).")
+    category: str = Field(description="The classifier's category of the change from the pinned plan.")
+    decision: str = Field(description="What carrying it out would be: none, in-place, replace or reject.")
+    reasons: list[str] = Field(default_factory=list,
+                               description="The classifier's reasons, most severe first.")
+    compiler: str = Field(description="The operator version whose compiler made it.")
+    message: str = Field(default="", description="What to do about it.")
+
+
 class PinnedPlan(StatusModel):
     """The plan the drivers run: the last stable plan, the one a rollback returns to."""
 
@@ -118,6 +142,19 @@ class PinnedPlan(StatusModel):
     output_topic: str | None = Field(
         default=None, description="The topic this version writes when it is not the plan's sink topic "
         "(a replace with backfill wrote a versioned topic).")
+    inputs: PlanInputs | None = Field(default=None, description="What the plan was compiled from.")
+    replan: Replan | None = Field(
+        default=None, description="A different plan this operator's compiler makes of the unchanged spec "
+        "(offered, not carried out).")
+
+
+class EngineStatus(Engine):
+    """The engine the drivers run on (the last stable one, the one a rollback returns to)."""
+
+    digest: str = Field(default="", description="sha256 of the engine snapshot.")
+    waiting: str | None = Field(
+        default=None, description="Why the QueryCluster's newer engine is not applied yet (its rollout "
+        "admits queries in waves).")
 
 
 class VersionRecord(StatusModel):
@@ -205,6 +242,12 @@ class UpgradeRecord(StatusModel):
     message: str | None = Field(default=None, description="What the upgrade did or costs (a replace: the "
                                 "state it starts without; the gate's last word).")
     error: UpgradeError | None = Field(default=None, description="The error that failed the upgrade.")
+    from_engine: str | None = Field(default=None, description="Digest of the engine running before.")
+    to_engine: str | None = Field(default=None, description="Digest of the engine the upgrade put the query "
+                                  "on (another one: an engine upgrade).")
+    cause: Literal["spec", "cluster", "replan"] | None = Field(
+        default=None, description="What asked for it: an edit of the spec, of the QueryCluster (an engine "
+        "or Spark settings change), or an accepted re-plan.")
 
 
 class Rollout(StatusModel):
@@ -235,6 +278,11 @@ class Rollout(StatusModel):
     max_lag_records: int | None = Field(default=None, description="The lag a backfill takes over at.")
     lag_records: int | None = Field(default=None, description="The backfill's lag last seen (records).")
     caught_up: str | None = Field(default=None, description="When the backfill caught up (the switch began).")
+    target_engine: EngineStatus | None = Field(
+        default=None, description="The engine the rollout puts the drivers on, when it changes it.")
+    from_engine: str | None = Field(default=None, description="Digest of the engine running before.")
+    target_inputs: PlanInputs | None = Field(default=None, description="What the target plan is compiled "
+                                             "from (pinned with it).")
 
 
 class QueryIdentity(StatusModel):
@@ -272,6 +320,9 @@ class DriversStatus(StatusModel):
     active: str | None = Field(default=None, description="Pod of the driver holding the Lease.")
     standbys: list[str] = Field(default_factory=list, description="Pods of the drivers waiting, warm.")
     last_failover: Failover | None = Field(default=None, description="The last change of active driver.")
+    versions: dict[str, str] | None = Field(
+        default=None, description="What the active driver runs on, as it reports it: Spark, the connectors, "
+        "the runtime.")
 
 
 class CleanupStatus(StatusModel):
@@ -310,6 +361,7 @@ class StreamingQueryStatus(StatusModel):
     last_compile_error: CompileErrorStatus | None = Field(
         default=None, description="Why the spec's SQL does not compile (cleared once it does).")
     identity: QueryIdentity | None = Field(default=None, description="The ids the running plan version uses.")
+    engine: EngineStatus | None = Field(default=None, description="The engine the drivers run on.")
     cluster: str | None = Field(default=None, description="Name of the QueryCluster in use.")
     drivers: DriversStatus | None = Field(default=None, description="Active and standby driver pods.")
     versions: list[VersionRecord] = Field(
@@ -328,7 +380,8 @@ class StreamingQuery(CrdModel, CrdKind):
     plural: ClassVar[str] = "streamingqueries"
     singular: ClassVar[str] = "streamingquery"
     short_names: ClassVar[list[str]] = ["sq"]
-    #: ``kubectl get sq`` (about 90 columns with common names); ``-o wide`` adds the active driver pod
+    #: ``kubectl get sq`` (about 90 columns with common names); ``-o wide`` adds the re-plan on offer and
+    #: the active driver pod
     printer_columns: ClassVar[list[dict[str, Any]]] = [
         {"name": "Phase", "type": "string", "jsonPath": ".status.phase"},
         {"name": "Plan", "type": "string", "jsonPath": ".status.plan.shortHash",
@@ -340,6 +393,9 @@ class StreamingQuery(CrdModel, CrdKind):
         {"name": "Ready", "type": "boolean", "jsonPath": ".status.ready"},
         {"name": "Output", "type": "string", "jsonPath": ".status.output.topic",
          "description": "Topic holding the live result"},
+        {"name": "Replan", "type": "string", "jsonPath": ".status.plan.replan.decision", "priority": 1,
+         "description": "A re-plan this operator's compiler offers for the unchanged spec (what carrying it "
+         "out would be); kubectl sluice replan accepts it"},
         {"name": "Active", "type": "string", "jsonPath": ".status.drivers.active", "priority": 1,
          "description": "Driver pod running the query"},
         {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},

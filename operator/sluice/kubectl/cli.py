@@ -22,6 +22,7 @@ COMMANDS: dict[str, str] = {
     "diff": "sluice.kubectl.diff",
     "history": "sluice.kubectl.history",
     "rollback": "sluice.kubectl.rollback",
+    "replan": "sluice.kubectl.replan",
 }
 
 

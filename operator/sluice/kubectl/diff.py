@@ -65,6 +65,33 @@ def load_manifest(text: str) -> Manifest:
                     plan.hash or plan.compute_hash())
 
 
+def as_the_operator_plans(session: Session, manifest: Manifest, live: dict[str, Any] | None) -> Manifest:
+    """The manifest's plan as the operator derives it for ``live``: compiled for the engine the query
+    runs on; the pinned plan itself when the query part of the spec is unchanged (an operator never
+    re-plans an unchanged query on its own: a re-plan on offer is in ``status.plan.replan``)."""
+    from sluice.core.admission import SpecModels, compile_target, same_inputs
+    from sluice.core.compiler import compile_query
+    from sluice.core.naming import PLAN_FILE
+    from sluice.core.plan.model import Plan
+    from sluice.crd.querycluster import QueryClusterSpec
+    from sluice.crd.streamingquery import StreamingQuerySpec
+
+    if live is None:
+        return manifest
+    status = live.get("status") or {}
+    query = StreamingQuerySpec.model_validate(manifest.spec).query()
+    pinned = status.get("plan") or {}
+    models = SpecModels(query=StreamingQuerySpec, cluster=QueryClusterSpec)
+    if pinned.get("hash") and same_inputs(models, live, query):
+        cm = session.config_map(str(pinned.get("configMap") or ""))
+        text = ((cm or {}).get("data") or {}).get(PLAN_FILE)
+        if text is not None:
+            return Manifest(manifest.name, manifest.namespace, manifest.spec, Plan.from_json(text),
+                            str(pinned["hash"]))
+    plan = compile_query(query, compile_target(status))
+    return Manifest(manifest.name, manifest.namespace, manifest.spec, plan, plan.hash or plan.compute_hash())
+
+
 def spec_differs(live_spec: Mapping[str, Any] | None, new_spec: Mapping[str, Any]) -> bool:
     """Whether applying ``new_spec`` changes the live spec (compared as the model reads them, so
     the defaults the API server filled in do not count)."""
@@ -161,6 +188,7 @@ def run(args: argparse.Namespace) -> int:
     if manifest.namespace:
         session.namespace = manifest.namespace
     live = session.query_or_none(manifest.name)
+    manifest = as_the_operator_plans(session, manifest, live)
     result = expected(session, manifest.name, live, manifest.spec, manifest.plan, manifest.hash)
     if args.output == "json":
         print(json.dumps(result, indent=2))

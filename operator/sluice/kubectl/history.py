@@ -37,6 +37,11 @@ def _message(record: Mapping[str, Any]) -> str:
     else:
         reasons = record.get("reasons") or []
         text = str(record.get("message") or (reasons[0] if reasons else ""))
+    moved = record.get("fromEngine") and record.get("toEngine") and record["fromEngine"] != record["toEngine"]
+    if moved:  # an engine upgrade (a QueryCluster change), on its own or with a plan change
+        text = f"engine {str(record['fromEngine'])[:12]} → {str(record['toEngine'])[:12]}: {text}"
+    elif record.get("cause") == "replan":
+        text = f"re-plan accepted: {text}"
     return " ".join(text.split())  # one line
 
 

@@ -44,7 +44,29 @@ def header(name: str, namespace: str, status: Mapping[str, Any]) -> str:
     if rollout and rollout.get("targetHash") != pinned.get("hash"):
         lines.append(f"upgrade in flight: {rollout.get('step')} to plan {short(rollout.get('targetHash'))} "
                      f"({rollout.get('decision')}): {rollout.get('message') or ''}".rstrip(": "))
+    engine = status.get("engine") or {}
+    if engine:
+        lines.append(f"engine {short(engine.get('digest'))}: {engine.get('image')}, Spark "
+                     f"{engine.get('sparkVersion')}"
+                     + (f" ({engine['waiting']})" if engine.get("waiting") else ""))
+    lines += replan_lines(name, pinned)
     return "\n".join(lines)
+
+
+def replan_lines(name: str, pinned: Mapping[str, Any]) -> list[str]:
+    """The re-plan on offer, if this operator's compiler plans the unchanged spec differently."""
+    from sluice.kubectl.expect import short
+
+    replan = pinned.get("replan") or {}
+    if not replan:
+        return []
+    if not replan.get("hash"):
+        return [f"re-plan: {replan.get('message')}"]
+    out = [f"re-plan on offer: plan {short(replan.get('hash'))} ({replan.get('category')}, "
+           f"{replan.get('decision')}), compiled by operator {replan.get('compiler')}; the running plan "
+           f"stays until you accept it: kubectl sluice replan sq/{name}"]
+    out += [f"  {reason}" for reason in replan.get("reasons") or []]
+    return out
 
 
 def run(args: argparse.Namespace) -> int:

@@ -26,6 +26,7 @@ from sluice.core.status import (
     now_rfc3339,
     phase_transition,
     reduce_status,
+    with_replan_condition,
     with_short_hash,
 )
 from sluice.crd.querycluster import QueryClusterSpec
@@ -73,16 +74,18 @@ class Env:
     _admins: dict[str, TopicAdmin] = field(default_factory=dict)
     #: queries (uid) checked for a driver StatefulSet of an earlier operator version
     _legacy_checked: set[str] = field(default_factory=set)
+    #: plans read from their (immutable) ConfigMaps, by (namespace, name)
+    plans: dict[tuple[str, str], Plan] = field(default_factory=dict)
 
-    def compile(self, spec: Any) -> Plan:
+    def compile(self, spec: Any, target: Any = None) -> Plan:
         from sluice.core.compiler import compile_query
 
-        return compile_query(spec)
+        return compile_query(spec, target)
 
-    def classify(self, old: Plan, new: Plan, policy: Any) -> Any:
+    def classify(self, old: Plan, new: Plan, policy: Any, extra: Any = None) -> Any:
         from sluice.core.classify import classify
 
-        return classify(old, new, policy)
+        return classify(old, new, policy, extra=extra)
 
     def topic_admin(self, namespace: str, cluster: QueryClusterSpec) -> TopicAdmin:
         secrets = read_kafka_secrets(self.kube, namespace, cluster)
@@ -143,6 +146,7 @@ class QueryRun:
         if facts is not None:
             new.update(reduce_status(self.status, facts, self.env.clock()))
         new = with_short_hash(new)  # derived, like the phase: every write of a pinned plan carries it
+        new = with_replan_condition(new, self.env.clock())
         patch = merge_patch(self.status, {k: v for k, v in new.items() if self.status.get(k) != v})
         if not patch:
             return False

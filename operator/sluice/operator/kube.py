@@ -169,13 +169,14 @@ class Kube:
         return self.patch(kind, namespace, name, body, sub="status")
 
     # -- idempotent create -------------------------------------------------------------------
-    def ensure(self, obj: dict[str, Any], probe_first: bool = False) -> tuple[dict[str, Any], str]:
+    def ensure(self, obj: dict[str, Any], probe_first: bool = False,
+               replace: bool = True) -> tuple[dict[str, Any], str]:
         """Create ``obj`` or converge the existing one; returns (object, created|updated|unchanged).
 
         ``probe_first``: read before creating (cheaper when the object usually exists). A 409 on
         create means someone (another reconcile, a previous operator run) created it already:
         read it and converge. Objects of ``MUTABLE_KINDS`` are replaced when the desired spec hash
-        (annotation) differs; the others are left as found.
+        (annotation) differs (unless ``replace`` is False); the others are left as found.
         """
         obj = json.loads(json.dumps(obj))
         meta = obj["metadata"]
@@ -192,7 +193,7 @@ class Kube:
                 existing = self.get(kind, ns, name)
                 if existing is None:
                     continue
-            if kind not in MUTABLE_KINDS:
+            if kind not in MUTABLE_KINDS or not replace:
                 return existing, "unchanged"
             current = existing["metadata"].get("annotations", {}).get(SPEC_HASH)
             if current == meta["annotations"][SPEC_HASH]:

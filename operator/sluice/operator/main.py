@@ -79,6 +79,9 @@ def build_registry(login: Any = None) -> kopf.OperatorRegistry:
     kopf.on.resume(*QC, registry=registry, id="cluster-resume")(cluster.handle)
     kopf.on.create(*QC, registry=registry, id="cluster-fan-out-create")(cluster.fan_out)
     kopf.on.update(*QC, registry=registry, id="cluster-fan-out-update", field="spec")(cluster.fan_out)
+    # a change of the cluster reaches its queries in waves: the next ones are admitted on a timer
+    kopf.on.timer(*QC, registry=registry, id="cluster-rollout", interval=cluster.ROLLOUT_INTERVAL,
+                  when=cluster.rollout_in_progress)(cluster.rollout_tick)
     return registry
 
 

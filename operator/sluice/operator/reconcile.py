@@ -20,9 +20,10 @@ from sluice.core.manifest import validation_problems
 from sluice.core.rollout import Step, held_back
 from sluice.core.status import EventReason, Reason, StatusProblem
 from sluice.core.versions import live_topic
+from sluice.crd.engine import WORKLOAD_TEMPLATE
 from sluice.crd.querycluster import QueryClusterSpec
 from sluice.crd.streamingquery import StreamingQuerySpec
-from sluice.operator import builders
+from sluice.operator import builders, pinning
 from sluice.operator.builders.context import QueryContext
 from sluice.operator.cluster import CLUSTER_REVISION, poke_queries_of_cluster, reconcile_cluster
 from sluice.operator.common import (
@@ -41,6 +42,7 @@ from sluice.operator.common import (
 from sluice.operator.deletion import KAFKA_DELETE_RETRIES, delete_query
 from sluice.operator.drivers import driver_problem
 from sluice.operator.kafka_admin import KafkaUnavailable, sink_topic_settings
+from sluice.operator.pinning import Desired, Engines
 from sluice.operator.rollout import advance
 from sluice.operator.upgrade import pinned_context
 from sluice.operator.workload import _identity_status
@@ -66,6 +68,25 @@ __all__ = [
 ]
 
 log = logging.getLogger("sluice.operator")
+
+
+def _pinned_records(run: QueryRun, desired: Desired, engs: Engines) -> dict[str, Any]:
+    """``status.plan`` with what it was compiled from and the re-plan on offer, ``status.engine`` with
+    why the QueryCluster's engine waits (both only while nothing is in flight towards them)."""
+    out: dict[str, Any] = {}
+    plan = run.status.get("plan")
+    engine = run.status.get("engine") or (engs.stable.record() if plan else None)
+    if engine is not None:  # a status from before engines were pinned adopts the one it runs on
+        stable = engine.get("digest") == engs.stable.compute_digest()
+        out["engine"] = {**{k: v for k, v in engine.items() if k != "waiting"},
+                         **({"waiting": engs.waiting} if engs.waiting and stable else {})}
+    if plan and not run.status.get("rollout") and plan.get("hash") == desired.hash:
+        kept = {k: v for k, v in plan.items() if k != "replan"}
+        out["plan"] = {**kept, "inputs": desired.inputs.to_dict(),
+                       **({"replan": desired.replan} if desired.replan else {})}
+    elif plan and plan.get("replan"):
+        out["plan"] = {k: v for k, v in plan.items() if k != "replan"}
+    return out
 
 
 def reconcile_query(env: Env, body: dict[str, Any], retry: int = 0) -> str:
@@ -99,9 +120,11 @@ def reconcile_query(env: Env, body: dict[str, Any], retry: int = 0) -> str:
         _problem(run, spec, Reason.CLUSTER_INVALID, message, {"cluster": cluster_name})
         raise Retry(message, backoff(retry)) from exc
 
-    # 3. compile
+    # 3. the engine and the plan: the pinned ones, unless the user changed what they come from
+    engs = pinning.engines(run, cluster, cluster_obj)
+    policy = spec.upgrade or cluster.upgrade
     try:
-        plan = env.compile(spec.query())
+        desired = pinning.desired_plan(run, spec, engs, policy)
     except CompileError as exc:
         first = exc.problems[0]
         message = "; ".join(p.render() if p.line is None else f"{p.field or 'spec.sql'}: {p.render()}"
@@ -110,8 +133,7 @@ def reconcile_query(env: Env, body: dict[str, Any], retry: int = 0) -> str:
         _problem(run, spec, Reason.COMPILE_FAILED, message,
                  {"lastCompileError": error, "cluster": cluster_name}, EventReason.COMPILE_FAILED)
         raise Stop(message) from exc
-    plan_hash = plan.hash or plan.compute_hash()
-    plan_json = plan.to_json()
+    plan = desired.plan
 
     pinned = run.status.get("plan")
     pinned_service = (run.status.get("identity") or {}).get("serviceId")
@@ -121,8 +143,9 @@ def reconcile_query(env: Env, body: dict[str, Any], retry: int = 0) -> str:
         log.warning("%s/%s keeps serviceId %r (cluster now says %r)", run.ns, run.name, pinned_service,
                     cluster.service_id)
         cluster = cluster.model_copy(update={"service_id": pinned_service})
-    ctx = pinned_context(QueryContext(namespace=run.ns, name=run.name, uid=meta["uid"], spec=spec,
-                                      cluster=cluster), pinned)
+    base_ctx = QueryContext(namespace=run.ns, name=run.name, uid=meta["uid"], spec=spec, cluster=cluster)
+    ctx = pinned_context(base_ctx.on_engine(engs.stable, freeze=engs.stable.template != WORKLOAD_TEMPLATE),
+                         pinned)
     layout_problem = builders.standby_storage_problem(ctx, cluster_name)
     if layout_problem is not None:  # a driver layout the state volume cannot carry: touch nothing
         _problem(run, spec, Reason.INVALID_SPEC, layout_problem, {"cluster": cluster_name},
@@ -147,7 +170,8 @@ def reconcile_query(env: Env, body: dict[str, Any], retry: int = 0) -> str:
 
     # 5. the rollout state machine, carried out step by step, and the workload objects
     base_updates: dict[str, Any] = {"cluster": cluster_name, "lastCompileError": None}
-    ready = advance(run, ctx, spec, cluster, plan, plan_hash, plan_json, base_updates)
+    ready = advance(run, ctx, spec, cluster, desired, engs, base_updates)
+    base_updates.update(_pinned_records(run, desired, engs))
     if not run.status.get("output") and run.status.get("plan"):  # a query from before status.output
         topic = live_topic(run.status.get("plan"), run.status.get("versions")) or plan.sink.topic
         base_updates["output"] = {"topic": topic}
@@ -159,13 +183,14 @@ def reconcile_query(env: Env, body: dict[str, Any], retry: int = 0) -> str:
         problem = StatusProblem(Reason.UPGRADE_REJECTED, rollout.get("message") or "upgrade rejected")
     elif rollout and rollout.get("step") == Step.FAILED:
         problem = StatusProblem(Reason.UPGRADE_FAILED, rollout.get("message") or "upgrade failed")
-    elif not rollout and held_back(run.status.get("lastUpgrade"), plan_hash, run.generation):
+    elif not rollout and held_back(run.status.get("lastUpgrade"), desired.hash, run.generation,
+                                   engs.desired.compute_digest()):
         last = run.status["lastUpgrade"]
         error = (last.get("error") or {})
         why = (f"{error.get('class')}: {error.get('message')}" if error
                else last.get("message") or "the gate failed")
         problem = StatusProblem(Reason.UPGRADE_ROLLED_BACK,
-                                f"the upgrade to plan {plan_hash[:12]} was rolled back ({why}); plan "
+                                f"the upgrade to plan {desired.hash[:12]} was rolled back ({why}); plan "
                                 f"{run.status['plan']['hash'][:12]} runs; edit the spec to try again")
     elif not rollout and run.status.get("plan") and not spec.suspend:
         problem = driver_problem(env, ctx, run.status["plan"]["hash"], ready)

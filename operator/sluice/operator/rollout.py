@@ -11,6 +11,7 @@ import dataclasses
 import logging
 from typing import Any
 
+from sluice.core.engine import engine_changes
 from sluice.core.plan.model import Plan
 from sluice.core.replace import backfill_output_topic, previous_version, state_reset_note
 from sluice.core.rollout import (
@@ -31,11 +32,13 @@ from sluice.core.rollout import (
 from sluice.core.spec import UpgradePolicy
 from sluice.core.status import EventReason, Facts
 from sluice.core.versions import version_record, with_running
+from sluice.crd.engine import Engine
 from sluice.crd.querycluster import QueryClusterSpec
 from sluice.crd.streamingquery import StreamingQuerySpec
 from sluice.operator import backfill, cleanup, upgrade
 from sluice.operator.builders.context import QueryContext
 from sluice.operator.common import QueryRun
+from sluice.operator.pinning import Desired, Engines
 from sluice.operator.workload import _converge, _ensure_plan_config_map, _identity_status
 
 log = logging.getLogger("sluice.operator")
@@ -47,7 +50,7 @@ MAX_TURNS = 4
 
 
 def advance(run: QueryRun, ctx: QueryContext, spec: StreamingQuerySpec, cluster: QueryClusterSpec,
-            plan: Plan, plan_hash: str, plan_json: str, base: dict[str, Any]) -> bool:
+            desired: Desired, engines: Engines, base: dict[str, Any]) -> bool:
     """Carry out rollout steps until the state machine says wait or steady; returns whether the
     active driver is ready.
 
@@ -65,15 +68,22 @@ def advance(run: QueryRun, ctx: QueryContext, spec: StreamingQuerySpec, cluster:
       on the pinned plan; done.
     * ``cancel``: the spec is back at the pinned plan while an upgrade waited: drop it; another turn.
     * ``steady``/``wait``: converge the workload on the plan it should be on; done.
+
+    The plan asked for is ``desired`` (the pinned plan, unless the user changed what it is compiled
+    from or accepted a re-plan), on ``engines.desired`` (the QueryCluster's engine once its rollout
+    admitted the query, else the pinned one): a change of either is classified and rolled out.
     """
     policy = spec.upgrade or cluster.upgrade
+    plan, plan_hash, plan_json = desired.plan, desired.hash, desired.plan.to_json()
     ready = False
     for _ in range(MAX_TURNS):
         action = next_action(run.status.get("plan"), run.status.get("rollout"), plan_hash,
-                             run.status.get("lastUpgrade"), run.generation)
+                             run.status.get("lastUpgrade"), run.generation,
+                             engine=engines.desired.compute_digest(),
+                             pinned_engine=_pinned_engine(run, engines))
         log.debug("%s/%s: %s", run.ns, run.name, action.kind)
         if action.kind == "create":
-            return _create(run, ctx, plan, plan_hash, plan_json, base)
+            return _create(run, ctx, desired, engines, base)
         if action.kind == "resume":
             ready = _resume(run, ctx, plan, plan_hash, plan_json, action, policy)
             if run.status.get("rollout") is not None:
@@ -88,7 +98,7 @@ def advance(run: QueryRun, ctx: QueryContext, spec: StreamingQuerySpec, cluster:
                 ready = _converge(run, ctx, run.status["plan"]["hash"], run.status["plan"]["configMap"])
                 cleanup.clean_up(run, ctx, cluster)
                 return ready
-            ready = _classify(run, ctx, spec, cluster, plan, plan_hash, plan_json, base, action.from_hash)
+            ready = _classify(run, ctx, spec, cluster, desired, engines, base, action.from_hash)
             if run.status.get("rollout", {}).get("step") not in (Step.APPLYING, Step.BACKFILLING):
                 return ready
         elif action.kind == "cancel":
@@ -105,6 +115,11 @@ def advance(run: QueryRun, ctx: QueryContext, spec: StreamingQuerySpec, cluster:
     return ready
 
 
+def _pinned_engine(run: QueryRun, engines: Engines) -> str:
+    recorded = run.status.get("engine")
+    return str((recorded or {}).get("digest") or engines.stable.compute_digest())
+
+
 def _cancel(run: QueryRun) -> None:
     record = run.status.get("lastUpgrade")
     updates: dict[str, Any] = {"rollout": None}
@@ -115,14 +130,17 @@ def _cancel(run: QueryRun) -> None:
     run.event("Normal", EventReason.UPGRADE_CANCELLED, "the spec is back at the running plan")
 
 
-def _create(run: QueryRun, ctx: QueryContext, plan: Plan, plan_hash: str, plan_json: str,
+def _create(run: QueryRun, ctx: QueryContext, desired: Desired, engines: Engines,
             base: dict[str, Any]) -> bool:
+    plan_hash = desired.hash
     cm_name = ctx.names.plan_config_map(plan_hash)
-    rollout = creation_rollout(plan_hash, cm_name, run.env.clock())
-    # write-ahead: the target plan and the step, before anything that uses them exists
-    run.write({**base, "rollout": rollout, "identity": _identity_status(ctx)},
+    rollout = {**creation_rollout(plan_hash, cm_name, run.env.clock()),
+               "targetInputs": desired.inputs.to_dict()}
+    # write-ahead: the target plan and engine and the step, before anything that uses them exists
+    run.write({**base, "rollout": rollout, "identity": _identity_status(ctx),
+               "engine": engines.stable.record()},
               Facts(generation=run.generation, rollout_step=Step.DEPLOYING, suspended=ctx.spec.suspend))
-    return _finish(run, ctx, plan, plan_hash, plan_json, rollout)
+    return _finish(run, ctx, desired.plan, plan_hash, desired.plan.to_json(), rollout)
 
 
 def _finish(run: QueryRun, ctx: QueryContext, plan: Plan | None, plan_hash: str, plan_json: str | None,
@@ -183,13 +201,19 @@ def _resume(run: QueryRun, ctx: QueryContext, plan: Plan, plan_hash: str, plan_j
 
 
 def _classify(run: QueryRun, ctx: QueryContext, spec: StreamingQuerySpec, cluster: QueryClusterSpec,
-              plan: Plan, plan_hash: str, plan_json: str, base: dict[str, Any],
-              from_hash: str | None) -> bool:
+              desired: Desired, engines: Engines, base: dict[str, Any], from_hash: str | None) -> bool:
+    plan, plan_hash, plan_json = desired.plan, desired.hash, desired.plan.to_json()
     pinned = run.status["plan"]
     policy = spec.upgrade or cluster.upgrade
     running = run.status.get("rollout") if from_hash != pinned["hash"] else None
     from_cm_name = (running or {}).get("targetConfigMap") or pinned["configMap"]
     old_cm = run.env.kube.get("ConfigMap", run.ns, from_cm_name)
+    # the engine the workload runs: a rollout that failed its gate (rollback Never) left its own
+    deployed_engine = upgrade.rollout_engine(running) or Engine.model_validate(
+        run.status.get("engine") or engines.stable.record()).snapshot()
+    to_engine = engines.desired.compute_digest()
+    engine_moves = deployed_engine.compute_digest() != to_engine
+    extra = engine_changes(deployed_engine.facts(), engines.desired.facts()) if engine_moves else []
     if old_cm is None:
         category, decision = "unsupported", "reject"
         reasons = [f"the running plan's ConfigMap {from_cm_name} is missing"]
@@ -198,7 +222,7 @@ def _classify(run: QueryRun, ctx: QueryContext, spec: StreamingQuerySpec, cluste
         from sluice.core.naming import PLAN_FILE
 
         old = Plan.from_json(old_cm["data"][PLAN_FILE])
-        result = run.env.classify(old, plan, policy)
+        result = run.env.classify(old, plan, policy, extra=extra)
         category, decision = str(result.category), str(result.decision)
         reasons = [str(r) for r in result.reasons]
         changes = [getattr(c, "message", str(c)) for c in result.changes]
@@ -224,12 +248,17 @@ def _classify(run: QueryRun, ctx: QueryContext, spec: StreamingQuerySpec, cluste
                                  replace_note=state_reset_note(plan) if decision == "replace" else "",
                                  output_topic=output_topic, backfill_from=policy.backfill_from,
                                  max_lag_records=policy.max_lag_records)
+    rollout["targetInputs"] = desired.inputs.to_dict()
+    if engine_moves:
+        rollout.update(targetEngine=engines.desired.record(), fromEngine=deployed_engine.compute_digest())
     if rollout["step"] == Step.APPLYING:
         # the Lease term count before anything moves: only a term after it passes the gate
         lease = upgrade.read_lease(run, ctx)
         rollout["startEpoch"] = lease.transitions if lease is not None else 0
+    cause = "cluster" if engine_moves else desired.cause
     record = upgrade_record(from_hash=from_hash, rollout=rollout, outcome=outcome_of(rollout["step"]),
-                            reasons=reasons, changes=changes, now=now, generation=run.generation)
+                            reasons=reasons, changes=changes, now=now, generation=run.generation,
+                            from_engine=deployed_engine.compute_digest(), to_engine=to_engine, cause=cause)
     if is_replace(rollout):  # what the replace will do and cost, until it ends
         record["message"] = rollout["message"]
     updates: dict[str, Any] = {**base, "rollout": rollout, "lastUpgrade": record}
@@ -245,12 +274,14 @@ def _classify(run: QueryRun, ctx: QueryContext, spec: StreamingQuerySpec, cluste
     if rollout["step"] in (Step.APPLYING, Step.BACKFILLING):
         _ensure_plan_config_map(run, ctx, plan_hash, plan_json)
         kind = f"replace with {rollout['replaceStrategy']}" if is_replace(rollout) else "in-place upgrade"
+        what = f"engine {deployed_engine.compute_digest()[:12]} -> {to_engine[:12]}, " if engine_moves else ""
         run.event("Normal", EventReason.UPGRADE_STARTED,
-                  f"{kind} {str(from_hash)[:12]} -> {plan_hash[:12]}: {rollout['message']}")
+                  f"{kind} {what}plan {str(from_hash)[:12]} -> {plan_hash[:12]}: {rollout['message']}")
         return False
     # waiting or rejected: the workload stays on the plan it runs
     deployed_cm = from_cm_name
-    return _converge(run, ctx, str(from_hash or pinned["hash"]), deployed_cm)
+    return _converge(run, upgrade.rollout_context(ctx, running) if running else ctx,
+                     str(from_hash or pinned["hash"]), deployed_cm)
 
 
 def _replace_output_topic(basis: QueryContext, old: Plan, new: Plan, strategy: str) -> str | None:

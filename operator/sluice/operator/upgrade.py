@@ -14,8 +14,16 @@ import logging
 from typing import Any
 
 from sluice.core import gate
-from sluice.core.driverreport import BACKSTOP, RESTORE_REQUEST, Backstop, DriverError, RestoreRequest
-from sluice.core.election import HOLDER_PLAN, LAST_TAKEOVER, LeaseRecord, Takeover, lease_name
+from sluice.core.driverreport import (
+    BACKSTOP,
+    RESTORE_REQUEST,
+    Backstop,
+    DriverError,
+    RestoreRequest,
+    same_engine,
+)
+from sluice.core.election import HOLDER_ENGINE, HOLDER_PLAN, LAST_TAKEOVER, LeaseRecord, Takeover, lease_name
+from sluice.core.engine import rewrites_checkpoint
 from sluice.core.naming import PLAN_FILE
 from sluice.core.plan.model import Plan
 from sluice.core.replace import PreviousVersion
@@ -32,12 +40,14 @@ from sluice.core.rollout import (
     is_replace,
     rollback_mode,
     rolling_back,
+    target_engine,
     verifying,
     with_history,
 )
 from sluice.core.spec import UpgradePolicy
 from sluice.core.status import EventReason, Facts, Reason, StatusProblem
 from sluice.core.versions import version_record, with_plan, with_rolled_back, with_running
+from sluice.crd.engine import Engine
 from sluice.operator import backfill
 from sluice.operator.builders.context import QueryContext
 from sluice.operator.common import QueryRun
@@ -79,7 +89,11 @@ def pinned_context(ctx: QueryContext, pinned: dict[str, Any] | None) -> QueryCon
 
 def rollout_context(ctx: QueryContext, rollout: dict[str, Any]) -> QueryContext:
     """The context of the plan version a rollout puts the workload on: a replace's new version (new
-    checkpoint, consumer group and transactional id) with the version it starts after."""
+    checkpoint, consumer group and transactional id) with the version it starts after, on the
+    rollout's target engine when it changes the engine (the driver Deployment is never frozen for a
+    rollout: it is what the rollout changes)."""
+    target = rollout_engine(rollout)
+    ctx = ctx.on_engine(target) if target is not None else dataclasses.replace(ctx, freeze_driver=False)
     version = int(rollout.get("targetPlanVersion") or ctx.plan_version)
     if version == ctx.plan_version:
         return ctx
@@ -88,6 +102,18 @@ def rollout_context(ctx: QueryContext, rollout: dict[str, Any]) -> QueryContext:
     return dataclasses.replace(ctx, plan_version=version, previous=PreviousVersion.from_dict(
         previous, "status.rollout.previous") if previous else None,
         output_topic=rollout.get("outputTopic") or None)
+
+
+def rollout_engine(rollout: dict[str, Any] | None) -> Engine | None:
+    """The engine a rollout moves the drivers to (None: it keeps theirs)."""
+    recorded = (rollout or {}).get("targetEngine")
+    return Engine.model_validate(recorded).snapshot() if recorded else None
+
+
+def gate_engine(rollout: dict[str, Any]) -> str | None:
+    """The engine the target's drivers must report for the gate (None: the rollout keeps the
+    engine, so any report of the target plan counts)."""
+    return target_engine(rollout, None)
 
 
 def switch(run: QueryRun, ctx: QueryContext, rollout: dict[str, Any]) -> bool:
@@ -119,7 +145,8 @@ def verify(run: QueryRun, ctx: QueryContext, rollout: dict[str, Any], policy: Up
                                start_epoch=rollout.get("startEpoch"),
                                started=rollout.get("gateStarted") or rollout["started"],
                                batches_needed=policy.health_batches,
-                               max_dead_letter_ratio=policy.max_dead_letter_ratio)
+                               max_dead_letter_ratio=policy.max_dead_letter_ratio,
+                               engine=gate_engine(rollout))
     if result.verdict == gate.Verdict.WAIT:
         if rollout.get("message") != result.message:
             run.write({"rollout": {**rollout, "message": result.message}})
@@ -131,23 +158,25 @@ def verify(run: QueryRun, ctx: QueryContext, rollout: dict[str, Any], policy: Up
 
 def _evaluate(run: QueryRun, ctx: QueryContext, rollout: dict[str, Any], policy: UpgradePolicy, *,
               plan_hash: str, start_epoch: int | None, started: str | None, batches_needed: int,
-              max_dead_letter_ratio: float | None = None) -> tuple[gate.GateResult, LeaseRecord | None]:
-    """The gate of ``plan_hash`` now, from the Lease and the driver pods; the deadline counts from
-    ``started``, errors from the rollout's start. Returns the Lease record read as well."""
+              max_dead_letter_ratio: float | None = None,
+              engine: str | None = None) -> tuple[gate.GateResult, LeaseRecord | None]:
+    """The gate of ``plan_hash`` (on ``engine``, when given) now, from the Lease and the driver pods;
+    the deadline counts from ``started``, errors from the rollout's start. Returns the Lease record
+    read as well."""
     now = gate.parse_time(run.env.clock()) or dt.datetime.now(dt.UTC)
     record = read_lease(run, ctx)
     result = gate.evaluate(
         plan_hash=plan_hash, start_epoch=int(start_epoch or 0), started=gate.parse_time(started) or now,
         now=now, record=record, pods=driver_pods(run, ctx), batches_needed=batches_needed,
         timeout=float(policy.health_timeout_seconds), max_dead_letter_ratio=max_dead_letter_ratio,
-        errors_since=gate.parse_time(rollout["started"]),
+        errors_since=gate.parse_time(rollout["started"]), engine=engine,
     )
     return result, record
 
 
-def _takeover_gap(record: LeaseRecord | None, plan_hash: str) -> float | None:
+def _takeover_gap(record: LeaseRecord | None, plan_hash: str, engine: str | None = None) -> float | None:
     takeover = Takeover.from_json(record.annotations.get(LAST_TAKEOVER)) if record is not None else None
-    if takeover is None or takeover.plan_hash != plan_hash:
+    if takeover is None or takeover.plan_hash != plan_hash or not same_engine(takeover.engine, engine):
         return None
     return takeover.gap_seconds
 
@@ -158,7 +187,7 @@ def _succeeded(run: QueryRun, ctx: QueryContext, rollout: dict[str, Any], record
     epoch = result.progress.epoch if result.progress is not None else None
     target = rollout_context(ctx, rollout)
     upgrade = finished_record(run.status.get("lastUpgrade"), Outcome.SUCCEEDED, now,
-                              gapSeconds=_takeover_gap(record, rollout["targetHash"]),
+                              gapSeconds=_takeover_gap(record, rollout["targetHash"], gate_engine(rollout)),
                               checkpoint=target.identity.checkpoint_path, epoch=epoch, message=result.message)
     stable = run.status.get("plan") or {}
     previous = stable.get("hash") or "?"
@@ -166,6 +195,8 @@ def _succeeded(run: QueryRun, ctx: QueryContext, rollout: dict[str, Any], record
     pinned = completed_plan(rollout, stable.get("formatVersion"))
     updates: dict[str, Any] = {"plan": pinned, "rollout": None, "lastUpgrade": upgrade,
                                "history": with_history(run.status.get("history"), upgrade)}
+    if rollout.get("targetEngine"):
+        updates["engine"] = dict(rollout["targetEngine"])
     if is_replace(rollout):
         updates["identity"] = _identity_status(target)
         updates["versions"] = _versions_after_replace(run, ctx, target, rollout, now)
@@ -242,12 +273,16 @@ def _target_ran(record: LeaseRecord | None, rollout: dict[str, Any]) -> tuple[bo
     backstop = Backstop.from_json(record.annotations.get(BACKSTOP))
     takeover = Takeover.from_json(record.annotations.get(LAST_TAKEOVER))
     start_epoch = int(rollout.get("startEpoch") or 0)
+    engine = gate_engine(rollout)
+    holder_engine = record.annotations.get(HOLDER_ENGINE, "")
     ran = bool(
         (takeover is not None and takeover.plan_hash == rollout["targetHash"]
-         and takeover.epoch > start_epoch)
-        or (record.annotations.get(HOLDER_PLAN) == rollout["targetHash"] and record.transitions > start_epoch)
+         and same_engine(takeover.engine, engine) and takeover.epoch > start_epoch)
+        or (record.annotations.get(HOLDER_PLAN) == rollout["targetHash"]
+            and same_engine(holder_engine, engine) and record.transitions > start_epoch)
     )
-    if backstop is not None and backstop.to_plan == rollout["targetHash"]:
+    if (backstop is not None and backstop.to_plan == rollout["targetHash"]
+            and same_engine(backstop.to_engine, engine)):
         return ran, backstop.epoch
     return ran, None
 
@@ -275,7 +310,8 @@ def start_rollback(run: QueryRun, ctx: QueryContext, rollout: dict[str, Any], re
     """Write the RollingBack step (mode decided here, once) and carry it out."""
     ran, backstop_epoch = _target_ran(record, rollout)
     replace = is_replace(rollout)
-    back_in_place = _back_is_in_place(run, ctx, rollout) if ran and not replace else True
+    back_in_place = (_back_is_in_place(run, ctx, rollout) and not _engine_rewrites(run, rollout)
+                     if ran and not replace else True)
     mode, why = rollback_mode(back_is_in_place=back_in_place, target_ran=ran, backstop_epoch=backstop_epoch,
                               replace=replace, backfilling=rollout.get("step") == Step.BACKFILLING)
     start_epoch = record.transitions if record is not None else 0
@@ -294,8 +330,20 @@ def start_rollback(run: QueryRun, ctx: QueryContext, rollout: dict[str, Any], re
     return roll_back(run, ctx, new)
 
 
+def _engine_rewrites(run: QueryRun, rollout: dict[str, Any]) -> bool:
+    """Whether the rollout's engine may have written the checkpoint in a way the stable engine
+    cannot read back (another image or Spark): then a rollback restores the backstop."""
+    target = rollout_engine(rollout)
+    stable = run.status.get("engine")
+    if target is None or not stable:
+        return False
+    return rewrites_checkpoint(Engine.model_validate(stable).facts(), target.facts())
+
+
 def _back_is_in_place(run: QueryRun, ctx: QueryContext, rollout: dict[str, Any]) -> bool:
     """The classifier's word on going from the target plan back to the stable one."""
+    if rollout.get("targetHash") == (run.status.get("plan") or {}).get("hash"):
+        return True  # the same plan: an engine change only
     new = _plan_of(run, rollout.get("targetConfigMap"))
     old = _plan_of(run, (run.status.get("plan") or {}).get("configMap"))
     if new is None or old is None:
@@ -309,8 +357,11 @@ def roll_back(run: QueryRun, ctx: QueryContext, rollout: dict[str, Any]) -> bool
     done once the stable plan runs again in a term after the rollback began."""
     info = rollout.get("rollback") or {}
     stable = run.status["plan"]
+    # an engine rollout's drivers run the same plan: only a driver on the stable engine counts
+    engine = ctx.engine_digest if rollout.get("targetEngine") else None
     if info.get("mode") == RESTORE:
-        _request_restore(run, ctx, rollout, stable["hash"], int(info["restoreEpoch"]))
+        _request_restore(run, ctx, rollout, stable["hash"], int(info["restoreEpoch"]), engine or "")
+    ctx = dataclasses.replace(ctx, freeze_driver=False)  # the rollout changed the driver: it goes back
     ready = _converge(run, ctx, stable["hash"], stable["configMap"])
     now = run.env.clock()
     if info.get("mode") == DISCARD:  # the stable version never stopped: done once the backfill is gone
@@ -320,7 +371,7 @@ def roll_back(run: QueryRun, ctx: QueryContext, rollout: dict[str, Any]) -> bool
     else:
         result, _ = _evaluate(run, ctx, rollout, ctx.spec.upgrade or ctx.cluster.upgrade,
                               plan_hash=stable["hash"], start_epoch=info.get("startEpoch"),
-                              started=info.get("started"), batches_needed=ROLLBACK_BATCHES)
+                              started=info.get("started"), batches_needed=ROLLBACK_BATCHES, engine=engine)
     if result.verdict == gate.Verdict.WAIT:
         return False
     cancelled = bool(info.get("cancelled"))
@@ -346,7 +397,8 @@ def roll_back(run: QueryRun, ctx: QueryContext, rollout: dict[str, Any]) -> bool
         return ready
     message = f"the rollback to plan {stable['hash'][:12]} failed too: {result.message}"
     upgrade = finished_record(run.status.get("lastUpgrade"), Outcome.FAILED, now, message=message)
-    run.write({"rollout": failed(rollout, target_hash=stable["hash"], message=message,
+    stays = {**rollout, "targetEngine": None}  # the workload stays on the stable plan and engine
+    run.write({"rollout": failed(stays, target_hash=stable["hash"], message=message,
                                  error=rollout.get("error")),
                "lastUpgrade": upgrade, "history": with_history(run.status.get("history"), upgrade)},
               Facts(generation=run.generation, plan_pinned=True, suspended=ctx.spec.suspend,
@@ -356,9 +408,9 @@ def roll_back(run: QueryRun, ctx: QueryContext, rollout: dict[str, Any]) -> bool
 
 
 def _request_restore(run: QueryRun, ctx: QueryContext, rollout: dict[str, Any], plan_hash: str,
-                     epoch: int) -> None:
+                     epoch: int, engine: str = "") -> None:
     request = RestoreRequest(id=str(rollout.get("id") or rollout["started"]), epoch=epoch,
-                             plan_hash=plan_hash)
+                             plan_hash=plan_hash, engine=engine)
     lease = run.env.kube.get("Lease", run.ns, lease_name(ctx.names.base))
     if lease is None:
         return

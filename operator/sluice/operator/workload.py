@@ -42,8 +42,12 @@ def _converge(run: QueryRun, ctx: QueryContext, plan_hash: str, config_map: str,
         run.env._legacy_checked.add(ctx.uid)
     lease: dict[str, Any] | None = None
     for obj in builders.workload_objects(ctx, plan_hash, config_map):
-        existing, outcome = kube.ensure(obj, probe_first=not fresh)
         kind = obj["kind"]
+        frozen = ctx.freeze_driver and kind == "Deployment"
+        existing, outcome = kube.ensure(obj, probe_first=not fresh, replace=not frozen)
+        if frozen and (existing.get("spec") or {}).get("replicas") != obj["spec"]["replicas"]:
+            kube.patch("Deployment", ctx.namespace, obj["metadata"]["name"],
+                       {"spec": {"replicas": obj["spec"]["replicas"]}})
         if kind == "PersistentVolumeClaim" and outcome == "unchanged":
             owners = existing["metadata"].get("ownerReferences") or []
             wants_owner = not ctx.retain_state

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
@@ -10,6 +11,7 @@ from sluice.core import election
 from sluice.core.naming import QueryIdentity, QueryNames
 from sluice.core.replace import PreviousVersion
 from sluice.crd.common import API_VERSION, Resources
+from sluice.crd.engine import Engine
 from sluice.crd.querycluster import QueryClusterSpec
 from sluice.crd.streamingquery import StreamingQuerySpec
 
@@ -43,6 +45,22 @@ class QueryContext:
     start_from: str | None = None
     #: ``driver`` (the query's drivers) or ``backfill`` (a replace's new version running beside them)
     role: str = "driver"
+    #: the engine the workload is built for (None: the cluster's own, as it is now)
+    engine: Engine | None = None
+    #: the driver Deployment is left as it is (only scaled): its engine was deployed with an older pod
+    #: template of the operator, which reaches it through the QueryCluster's rollout only
+    freeze_driver: bool = False
+
+    def on_engine(self, engine: Engine, *, freeze: bool = False) -> QueryContext:
+        """This context on ``engine``: the cluster's fields that reach the pods come from it."""
+        return dataclasses.replace(self, cluster=self.cluster.with_engine(engine), engine=engine,
+                                   freeze_driver=freeze)
+
+    @property
+    def engine_digest(self) -> str:
+        """The digest of the engine the workload runs (``SLUICE_ENGINE``, label ``sluice.dev/engine``)."""
+        engine = self.engine or self.cluster.engine(default_image())
+        return engine.compute_digest()
 
     @property
     def names(self) -> QueryNames:

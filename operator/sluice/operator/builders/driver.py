@@ -7,6 +7,7 @@ import json
 from typing import Any
 
 from sluice.core import election
+from sluice.core.gate import ENGINE_LABEL
 from sluice.core.naming import EXECUTOR_POD_TEMPLATE_ENV, PLAN_FILE, PLAN_MOUNT, STATE_MOUNT
 from sluice.core.replace import OUTPUT_TOPIC_ENV, PREVIOUS_VERSION_ENV, START_FROM_ENV
 from sluice.operator.builders.context import (
@@ -26,6 +27,8 @@ EXECUTOR_STATE_VOLUME = "spark.kubernetes.executor.volumes.persistentVolumeClaim
 #: leaseDurationSeconds of the query's driver Lease (the runtime's SLUICE_LEASE_SECONDS)
 LEASE_SECONDS = election.DEFAULT_LEASE_SECONDS
 HOSTNAME_TOPOLOGY = "kubernetes.io/hostname"
+#: the engine digest a driver runs on (the runtime echoes it in its Lease records)
+ENGINE_ENV = "SLUICE_ENGINE"
 
 
 def spark_conf(ctx: QueryContext) -> dict[str, str]:
@@ -152,6 +155,8 @@ def driver_env(ctx: QueryContext) -> list[dict[str, Any]]:
         {"name": "SLUICE_LEASE_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
         {"name": "SLUICE_POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
         {"name": "SLUICE_LEASE_SECONDS", "value": str(LEASE_SECONDS)},
+        # what the driver reports it runs on (the health gate of an engine upgrade waits for it)
+        {"name": ENGINE_ENV, "value": ctx.engine_digest},
     ]
     if ctx.executors > 0:  # executor pods pass the namespace's Pod Security Standard too
         template = json.dumps(executor_pod_template(), sort_keys=True)
@@ -275,7 +280,8 @@ def driver_deployment(ctx: QueryContext, plan_hash: str, config_map: str) -> dic
             "selector": {"matchLabels": ctx.selector()},
             "template": {
                 "metadata": {
-                    "labels": {**labels, "sluice.dev/plan-hash": plan_hash[:12]},
+                    "labels": {**labels, "sluice.dev/plan-hash": plan_hash[:12],
+                               ENGINE_LABEL: ctx.engine_digest[:12]},
                     "annotations": pod_annotations,
                 },
                 "spec": pod_spec,

@@ -1,0 +1,75 @@
+"""The engine snapshot pinned per query (``status.engine``) and carried by an engine rollout."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any, Literal
+
+from pydantic import Field
+
+from sluice.core.engine import EngineFacts
+from sluice.crd.common import Resources, StatusModel
+from sluice.crd.kafka import KafkaSasl, KafkaTls
+
+ImagePullPolicy = Literal["Always", "IfNotPresent", "Never"]
+
+#: The version of the pod template the operator's builders make of an engine. An operator whose
+#: builders change the driver pods' template bumps it (``tests/unit/test_workload_template.py``
+#: fails until it does): every query's engine then differs from the one pinned in its status, and
+#: the new template reaches the queries through their QueryCluster's rollout, in waves behind the
+#: health gate, never by the operator's upgrade alone.
+WORKLOAD_TEMPLATE = 1
+
+
+class Engine(StatusModel):
+    """What a query's drivers execute with: every QueryCluster field that reaches its pods or its
+    plan. Pinned per query (status.engine); a change is rolled out like an upgrade."""
+
+    image: str = Field(description="Runtime image.")
+    image_pull_policy: ImagePullPolicy = Field(default="IfNotPresent", description="Its pull policy.")
+    spark_version: str = Field(description="The Spark version the image carries (the plan's target).")
+    spark_conf: dict[str, str] = Field(default_factory=dict, description="Spark settings.")
+    driver: Resources = Field(default_factory=Resources, description="Driver container resources.")
+    executor: Resources = Field(default_factory=Resources, description="Executor container resources.")
+    executors: int = Field(default=0, description="Executor pods per query.")
+    drain_seconds: int = Field(default=120, description="Drain budget of a driver.")
+    kafka_bootstrap_servers: str = Field(description="Kafka bootstrap servers.")
+    kafka_tls: KafkaTls | None = Field(default=None, description="Kafka TLS (Secret references).")
+    kafka_sasl: KafkaSasl | None = Field(default=None, description="Kafka SASL (Secret references).")
+    template: int = Field(default=0, description="The version of the operator's pod template it was deployed "
+                          "with.")
+
+    def canonical(self) -> dict[str, Any]:
+        """The engine fields as JSON (camelCase), nothing a status record adds."""
+        return self.model_dump(mode="json", by_alias=True, exclude_none=True,
+                               include=set(Engine.model_fields))
+
+    def compute_digest(self) -> str:
+        """sha256 of the canonical snapshot (every field, defaults included: a later default of the
+        operator is a change of what runs)."""
+        text = json.dumps(self.canonical(), sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(text.encode()).hexdigest()
+
+    def snapshot(self) -> Engine:
+        """The engine fields alone (a status record carries more)."""
+        return Engine.model_validate(self.canonical())
+
+    def record(self) -> dict[str, Any]:
+        """The snapshot as status records it (``status.engine``, ``rollout.targetEngine``)."""
+        return {**self.canonical(), "digest": self.compute_digest()}
+
+    def facts(self) -> EngineFacts:
+        """What the pure core compares (the engine classifier, the plan inputs, the wave planner)."""
+        rest = {k: v for k, v in self.canonical().items() if k not in ("image", "sparkVersion", "sparkConf")}
+        return EngineFacts(digest=self.compute_digest(), image=self.image, spark_version=self.spark_version,
+                           spark_conf=dict(self.spark_conf), workload=_leaves(rest))
+
+
+def _leaves(value: Any, path: str = "") -> dict[str, Any]:
+    if isinstance(value, dict):
+        out: dict[str, Any] = {}
+        for k, v in value.items():
+            out.update(_leaves(v, f"{path}.{k}" if path else str(k)))
+        return out
+    return {path: value}

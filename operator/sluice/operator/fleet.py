@@ -1,0 +1,126 @@
+"""A QueryCluster's rollout across its queries: who may move to the cluster's engine now.
+
+``roll_fleet`` reads the cluster and every query that refers to it, lets the pure planner
+(``sluice.core.fleet.plan_wave``) decide which queries are admitted, writes ``status.rollout`` of
+the QueryCluster (how far it got, why it stopped) and annotates the queries it newly admitted, so
+that each reconciles at once and carries its upgrade out (``sluice.operator.pinning.engines`` reads
+the admission). It runs when the cluster changes and on a timer while a rollout is in progress.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from pydantic import ValidationError
+
+from sluice.core.fleet import QueryFleetState, Wave, plan_wave
+from sluice.core.status import EventReason
+from sluice.crd.engine import Engine
+from sluice.crd.querycluster import QueryClusterSpec
+from sluice.operator.builders.context import default_image
+from sluice.operator.common import DEFAULT_CLUSTER, Env
+from sluice.operator.kube import KubeError
+
+log = logging.getLogger("sluice.operator")
+
+#: StreamingQuery annotation the cluster sets when it admits the query to its rollout (the change
+#: of the annotation makes the query reconcile)
+ADMITTED = "sluice.dev/cluster-rollout"
+#: the rollout steps during which nothing runs towards the target (the query waits or was refused)
+WAITING_STEPS = ("AwaitingUpgrade", "Rejected")
+
+
+def _digest(record: dict[str, Any] | None) -> str | None:
+    if not record:
+        return None
+    try:
+        return Engine.model_validate(record).compute_digest()
+    except ValidationError:
+        return str(record.get("digest") or "") or None
+
+
+def fleet_state(query: dict[str, Any]) -> QueryFleetState:
+    status = query.get("status") or {}
+    rollout = status.get("rollout") or {}
+    last = status.get("lastUpgrade") or {}
+    error = last.get("error") or {}
+    why = f"{error.get('class')}: {error.get('message')}" if error else str(last.get("message") or "")
+    return QueryFleetState(
+        name=str(query["metadata"]["name"]), engine=_digest(status.get("engine")),
+        rollout_engine=_digest(rollout.get("targetEngine")),
+        rollout_waiting=rollout.get("step") in WAITING_STEPS,
+        last_engine=last.get("toEngine"), last_outcome=last.get("outcome"), last_message=why)
+
+
+def queries_of(env: Env, namespace: str, cluster: str) -> list[dict[str, Any]]:
+    out = []
+    for sq in env.kube.list("StreamingQuery", namespace):
+        ref = ((sq.get("spec") or {}).get("clusterRef") or {}).get("name") or DEFAULT_CLUSTER
+        if ref == cluster and not sq["metadata"].get("deletionTimestamp"):
+            out.append(sq)
+    return out
+
+
+def roll_fleet(env: Env, body: dict[str, Any]) -> str | None:
+    """Plan the cluster's rollout now; returns its state (None when the spec is invalid)."""
+    meta = body["metadata"]
+    ns, name = meta["namespace"], meta["name"]
+    try:
+        spec = QueryClusterSpec.model_validate(body.get("spec") or {})
+    except ValidationError:
+        return None  # the cluster's reconcile reports it
+    engine = spec.engine(default_image())
+    target = engine.compute_digest()
+    status = body.get("status") or {}
+    previous = status.get("rollout") or {}
+    same = previous.get("target") == target
+    failure = previous.get("failure") if same else None
+    queries = queries_of(env, ns, name)
+    wave = plan_wave(target, [fleet_state(q) for q in queries], spec.upgrade.max_concurrent_rollouts,
+                     (failure["query"], failure.get("message") or "") if failure else None)
+    record = _record(wave, engine, previous.get("started") if same else env.clock(), queries)
+    if record != previous:
+        env.kube.patch_status("QueryCluster", ns, name, {"rollout": record})
+        _announce(env, body, wave, previous if same else {})
+    _admit(env, ns, [q for q in queries if q["metadata"]["name"] in wave.admitted], target)
+    return wave.state
+
+
+def _record(wave: Wave, engine: Engine, started: str | None, queries: list[dict[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "target": wave.target, "image": engine.image, "sparkVersion": engine.spark_version,
+        "started": started, "state": wave.state, "total": wave.total, "updated": wave.updated,
+        "inProgress": wave.in_progress, "admitted": wave.admitted, "pending": wave.pending,
+        "refused": wave.refused, "message": wave.message,
+    }
+    if wave.failed:
+        first = wave.failed[0]
+        state = next((fleet_state(q) for q in queries if q["metadata"]["name"] == first), None)
+        out["failure"] = {"query": first, "message": state.last_message if state else ""}
+    return out
+
+
+def _announce(env: Env, body: dict[str, Any], wave: Wave, previous: dict[str, Any]) -> None:
+    if previous.get("state") == wave.state and previous.get("admitted") == wave.admitted:
+        return
+    if wave.state == "Halted" and previous.get("state") != "Halted":
+        env.events(body, "Warning", str(EventReason.ROLLOUT_HALTED), wave.message)
+    elif wave.state == "Complete" and previous.get("state") not in (None, "Complete"):
+        env.events(body, "Normal", str(EventReason.ROLLOUT_COMPLETE), wave.message)
+    elif wave.state == "Progressing" and wave.admitted != previous.get("admitted"):
+        env.events(body, "Normal", str(EventReason.ROLLOUT_WAVE),
+                   f"admitted {', '.join(wave.admitted)} to engine {wave.target[:12]}: {wave.message}")
+
+
+def _admit(env: Env, namespace: str, queries: list[dict[str, Any]], target: str) -> None:
+    """Annotate the admitted queries with the target (once): each reconciles at once."""
+    for query in queries:
+        if (query["metadata"].get("annotations") or {}).get(ADMITTED) == target[:12]:
+            continue
+        try:
+            env.kube.patch("StreamingQuery", namespace, query["metadata"]["name"],
+                           {"metadata": {"annotations": {ADMITTED: target[:12]}}})
+        except KubeError as exc:
+            if exc.status != 404:
+                raise

@@ -1,0 +1,153 @@
+"""What a reconcile runs a query on: the engine (pinned, or the QueryCluster's once its wave admits the
+query) and the plan (pinned, unless the user changed what it is compiled from or accepted a re-plan).
+
+Decisions are pure (``sluice.core.engine``, ``sluice.core.pinning``, ``sluice.core.fleet``); this
+module reads the status, the QueryCluster and the pinned plan's ConfigMap, and compiles.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from sluice import __version__
+from sluice.core import pinning
+from sluice.core.compiler import CompileTarget
+from sluice.core.engine import PlanInputs, plan_inputs, query_digest
+from sluice.core.errors import CompileError
+from sluice.core.naming import PLAN_FILE, SPEC_FILE
+from sluice.core.plan.model import Plan
+from sluice.core.spec import QuerySpec, UpgradePolicy
+from sluice.crd.engine import Engine
+from sluice.crd.querycluster import QueryClusterSpec
+from sluice.crd.streamingquery import StreamingQuerySpec
+from sluice.operator.builders.context import default_image
+from sluice.operator.common import QueryRun, Retry
+
+Cause = Literal["spec", "cluster", "replan"]
+
+
+@dataclass(frozen=True)
+class Engines:
+    """The engine the drivers run on (``stable``) and the one the reconcile moves them to
+    (``desired``: the QueryCluster's, once its rollout admits the query; else the stable one)."""
+
+    stable: Engine
+    desired: Engine
+    #: why the QueryCluster's engine is not the desired one yet
+    waiting: str | None = None
+
+    @property
+    def changes(self) -> bool:
+        return self.stable.compute_digest() != self.desired.compute_digest()
+
+
+def engines(run: QueryRun, cluster: QueryClusterSpec, cluster_obj: dict[str, Any]) -> Engines:
+    now = cluster.engine(default_image())
+    recorded = run.status.get("engine")
+    if not recorded:  # a new query starts on the cluster's engine
+        return Engines(now, now)
+    stable = Engine.model_validate(recorded).snapshot()
+    target = now.compute_digest()
+    if stable.compute_digest() == target:
+        return Engines(stable, stable)
+    rollout = run.status.get("rollout") or {}
+    if ((rollout.get("targetEngine") or {}).get("digest")) == target:
+        return Engines(stable, now)  # its rollout is under way
+    fleet = (cluster_obj.get("status") or {}).get("rollout") or {}
+    if fleet.get("target") == target and run.name in (fleet.get("admitted") or []):
+        return Engines(stable, now)
+    if fleet.get("target") == target and fleet.get("state") == "Halted":
+        why = f"the QueryCluster's rollout is halted: {fleet.get('message')}"
+    else:
+        why = "waiting for the QueryCluster's rollout to admit this query (the QueryCluster's status.rollout)"
+    return Engines(stable, stable, f"{why}; the drivers run on engine {stable.compute_digest()[:12]} "
+                   f"({stable.image}, Spark {stable.spark_version})")
+
+
+@dataclass(frozen=True)
+class Desired:
+    """The plan a reconcile asks for, what it is compiled from, and any re-plan on offer."""
+
+    plan: Plan
+    inputs: PlanInputs
+    cause: Cause
+    replan: dict[str, Any] | None = None
+
+    @property
+    def hash(self) -> str:
+        return self.plan.hash or self.plan.compute_hash()
+
+
+def target_of(engine: Engine) -> CompileTarget:
+    return CompileTarget(spark_version=engine.spark_version, spark_conf=dict(engine.spark_conf))
+
+
+def desired_plan(run: QueryRun, spec: StreamingQuerySpec, engs: Engines, policy: UpgradePolicy) -> Desired:
+    """The plan to run. Raises :class:`CompileError` only for a spec the user changed."""
+    query = spec.query()
+    engine = engs.desired
+    inputs = plan_inputs(query, engine.facts())
+    pinned = run.status.get("plan") or {}
+    if pinned.get("hash") and _same_inputs(run, pinned, query, inputs):
+        return _kept(run, query, engine, pinned, inputs, policy)
+    plan = run.env.compile(query, target_of(engine))
+    return Desired(plan, inputs, "cluster" if engs.changes else "spec")
+
+
+def _same_inputs(run: QueryRun, pinned: dict[str, Any], query: QuerySpec, inputs: PlanInputs) -> bool:
+    recorded = PlanInputs.from_dict(pinned.get("inputs"))
+    if recorded is not None:
+        return recorded == inputs
+    # a plan pinned before its inputs were recorded: the spec stored beside it says what it came from
+    stored = _config_map_file(run, str(pinned.get("configMap") or ""), SPEC_FILE)
+    if stored is None:
+        return False
+    try:
+        before = QuerySpec.model_validate(json.loads(stored))
+    except ValueError:
+        return False
+    return query_digest(before) == inputs.query
+
+
+def _kept(run: QueryRun, query: QuerySpec, engine: Engine, pinned: dict[str, Any],
+          inputs: PlanInputs, policy: UpgradePolicy) -> Desired:
+    """The pinned plan stays; this compiler's plan of the same spec is offered, or carried out when
+    the user accepted exactly it."""
+    compiler = __version__
+    try:
+        current: Plan | None = run.env.compile(query, target_of(engine))
+    except CompileError as exc:
+        current, refused = None, "; ".join(p.render() for p in exc.problems)
+    if current is not None and current.hash != pinned["hash"]:
+        annotation = (run.body["metadata"].get("annotations") or {}).get(pinning.REPLAN_ANNOTATION)
+        if pinning.accepts(annotation, current.hash):
+            return Desired(current, inputs, "replan")
+    plan = load_plan(run, str(pinned.get("configMap") or ""))
+    if current is None:
+        return Desired(plan, inputs, "spec", pinning.refused_record(refused, compiler))
+    if current.hash == pinned["hash"]:
+        return Desired(plan, inputs, "spec")
+    decision = run.env.classify(plan, current, policy)
+    return Desired(plan, inputs, "spec", pinning.replan_record(decision, current.hash, compiler))
+
+
+def load_plan(run: QueryRun, config_map: str) -> Plan:
+    """The plan pinned in ``config_map`` (immutable: read once per operator process)."""
+    key = (run.ns, config_map)
+    cached = run.env.plans.get(key)
+    if cached is not None:
+        return cached
+    text = _config_map_file(run, config_map, PLAN_FILE)
+    if text is None:
+        raise Retry(f"the pinned plan's ConfigMap {config_map} is missing or has no {PLAN_FILE}", 30)
+    plan = Plan.from_json(text)
+    run.env.plans[key] = plan
+    return plan
+
+
+def _config_map_file(run: QueryRun, name: str, file: str) -> str | None:
+    cm = run.env.kube.get("ConfigMap", run.ns, name) if name else None
+    data = (cm or {}).get("data") or {}
+    return str(data[file]) if file in data else None
