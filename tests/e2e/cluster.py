@@ -38,6 +38,9 @@ class E2ECluster:
     runc_root: str | None = None
     #: labels of every test namespace (the real node's enforce ``restricted``)
     namespace_labels: dict[str, str] = field(default_factory=dict)
+    #: give a local image on every node another name (``tag_image("sluice-runtime:0.1.0", alias)``):
+    #: a runtime image "of another version" with the same content, for engine upgrades
+    tag_image: Callable[[str, str], None] | None = None
 
     # -- kubectl ---------------------------------------------------------------------------------
     def kubectl_result(self, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:

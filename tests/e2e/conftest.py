@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -30,8 +31,16 @@ def cluster(request: pytest.FixtureRequest) -> Iterator[E2ECluster]:
             kind.kubectl("scale", "deployment", "-n", "sluice-system", "-l", "app.kubernetes.io/name=sluice",
                          f"--replicas={replicas}")
 
+        def tag(image: str, alias: str) -> None:
+            for node_name in kind.kubectl("get", "nodes", "-o", "name").split():
+                names = (f"docker.io/library/{image}", f"docker.io/library/{alias}")
+                node_id = node_name.removeprefix("node/")
+                subprocess.run(["docker", "exec", node_id, "ctr", "-n", "k8s.io", "images", "tag", "--force",
+                                *names], check=True, capture_output=True, timeout=60)
+
         kind.stop_operator = lambda: scale(0)
         kind.start_operator = lambda: scale(1)
+        kind.tag_image = tag
         yield kind
         return
     yield from _on_the_real_node(request.getfixturevalue("tmp_path_factory").mktemp("e2e-node"))
@@ -57,6 +66,7 @@ def _on_the_real_node(state: Path) -> Iterator[E2ECluster]:
             namespace_labels=dict(chart.RESTRICTED),
             stop_operator=lambda: chart.scale(real.kubeconfig, real.bin_dir, 0),
             start_operator=lambda: chart.scale(real.kubeconfig, real.bin_dir, 2),
+            tag_image=lambda image, alias: node.tag_image(state, image, alias),
         )
 
 

@@ -126,7 +126,8 @@ def test_lifecycle_create_edit_suspend_resume(k: Kube, namespace: str, kafka: st
     st = eventually(settled(k, ns, "totals", 1), timeout=60, what="the query is reconciled")
     assert st["phase"] == "Starting"  # no kubelet: the driver never becomes ready here
     assert len(st["plan"]["hash"]) == 64 and st["plan"]["version"] == 1
-    assert {c["type"] for c in st["conditions"]} == {"Ready", "Progressing", "Degraded"}
+    assert {c["type"] for c in st["conditions"]} == {"Ready", "Progressing", "Degraded",
+                                                      "ReplanAvailable"}
     assert condition(st, "Degraded")["status"] == "False"
     assert st["identity"]["consumerGroup"] == f"it.{ns}.totals.v1"
     for kind in WORKLOAD_KINDS:
@@ -176,24 +177,32 @@ def test_lifecycle_create_edit_suspend_resume(k: Kube, namespace: str, kafka: st
     assert after["metadata"]["generation"] == dep["metadata"]["generation"]
     assert after["spec"] == dep["spec"]
 
-    # a QueryCluster change (image) reaches the driver through the cluster's fan-out
+    # a QueryCluster change (image) reaches the query through the cluster's rollout, which admits
+    # it; but the upgrade in flight (the backfill) is finished first
     sq_gen = int(k.get("StreamingQuery", ns, "totals")["metadata"]["generation"])
+    old_image = k.get("Deployment", ns, "totals-driver")["spec"]["template"]["spec"]["containers"][0]["image"]
     k.patch("QueryCluster", ns, "default", {"spec": {"image": "registry.example/sluice-runtime:9"}})
     def driver_image() -> str:
         pod = k.get("Deployment", ns, "totals-driver")["spec"]["template"]["spec"]
         return str(pod["containers"][0]["image"])
 
-    eventually(lambda: driver_image() == "registry.example/sluice-runtime:9", timeout=30,
-               what="the new image is rolled out")
-    assert status(k, ns, "totals")["phase"] == "Upgrading"  # the backfill is still running
+    eventually(lambda: "totals" in ((k.get("QueryCluster", ns, "default") or {}).get("status", {})
+                                    .get("rollout", {}).get("admitted") or []),
+               timeout=30, what="the cluster's rollout admits the query")
+    time.sleep(3)
+    assert driver_image() == old_image and status(k, ns, "totals")["phase"] == "Upgrading"  # the backfill
     assert int(k.get("StreamingQuery", ns, "totals")["metadata"]["generation"]) == sq_gen
 
     # suspend / resume
-    # (the edit also reverts the SQL: the backfill is cancelled, then the drivers scale down)
+    # (the edit also reverts the SQL: the backfill is cancelled, then the drivers scale down; the
+    # suspended query takes the cluster's new engine without a rollout: no driver runs)
     gen = edit(k, ns, "totals", {"sql": SQL, "suspend": True})
-    st = eventually(lambda: (s := settled(k, ns, "totals", gen)()) and not s.get("rollout") and s,
-                    timeout=60, what="suspend, the backfill cancelled")
-    assert st["phase"] == "Suspended" and st["lastUpgrade"]["outcome"] == "Cancelled"
+    st = eventually(lambda: (s := settled(k, ns, "totals", gen)()) and not s.get("rollout")
+                    and s.get("engine", {}).get("image") == "registry.example/sluice-runtime:9" and s,
+                    timeout=60, what="suspend, the backfill cancelled, the new engine taken")
+    assert st["phase"] == "Suspended" and st["history"][1]["outcome"] == "Cancelled"
+    assert st["lastUpgrade"]["outcome"] == "Succeeded" and st["lastUpgrade"]["cause"] == "cluster"
+    assert driver_image() == "registry.example/sluice-runtime:9"
     assert k.get("Deployment", ns, "totals-backfill") is None
     assert k.get("Deployment", ns, "totals-driver")["spec"]["replicas"] == 0
     assert k.get("PersistentVolumeClaim", ns, "totals-state") is not None
@@ -266,10 +275,11 @@ def test_restart_mid_reconcile_and_conflicts(kube: Any, k: Kube, namespace: str,
     # the plan ConfigMap and some objects exist, the driver Deployment does not
     real_ensure = Kube.ensure
 
-    def crashing_ensure(self: Kube, obj: dict[str, Any], probe_first: bool = False) -> Any:
+    def crashing_ensure(self: Kube, obj: dict[str, Any], probe_first: bool = False,
+                        replace: bool = True) -> Any:
         if obj["kind"] == "Deployment":
             raise RuntimeError("simulated operator crash")
-        return real_ensure(self, obj, probe_first)
+        return real_ensure(self, obj, probe_first, replace)
 
     monkeypatch.setattr(Kube, "ensure", crashing_ensure)
     op = OperatorThread(kube, ns, "op-first")

@@ -145,16 +145,27 @@ def test_rollback_never_stays_degraded_until_the_next_edit(world: World) -> None
 
 def test_the_spec_reverted_mid_rollout_cancels_it(world: World) -> None:
     w, drivers = world, DriverSide(world.k.api, world.ns)
-    pinned, _ = started(w)
+    pinned, status = started(w)
+    target = status["rollout"]["targetHash"]
+    # the new plan never held the Lease: the old plan's driver, which never stopped, runs it (at once)
+    reconcile_query(w.env, w.edit(sql=SQL))
+    status = w.status()
+    assert "rollout" not in status and status["lastUpgrade"]["outcome"] == "Cancelled"
+    assert status["lastUpgrade"]["rollback"] == "handBack"
+    assert plan_config_map(w) == pinned["configMap"]
+    assert "UpgradeCancelled" in w.reasons()
+
+    # once the new plan ran, going back waits for the old plan to run again in a later term
+    reconcile_query(w.env, w.edit(sql=WHERE_SQL))
+    assert w.status()["rollout"]["targetHash"] == target
+    drivers.take_over(target, batches=1)
     reconcile_query(w.env, w.edit(sql=SQL))
     status = w.status()
     assert status["rollout"]["step"] == "RollingBack" and status["rollout"]["rollback"]["cancelled"]
-    assert plan_config_map(w) == pinned["configMap"]
     drivers.take_over(pinned["hash"], batches=1)
     reconcile_query(w.env, w.current())
     status = w.status()
     assert "rollout" not in status and status["lastUpgrade"]["outcome"] == "Cancelled"
-    assert "UpgradeCancelled" in w.reasons()
 
 
 def test_an_edit_during_a_rollout_waits_for_it_then_starts_from_what_runs(world: World) -> None:

@@ -29,10 +29,25 @@ class OperatorProcess:
         process._spawn(log, ["--kubeconfig", str(kubeconfig), *args], env)
         return process
 
-    def _spawn(self, log: Path, args: list[str], env: dict[str, str]) -> None:
+    @classmethod
+    def later_build(cls, kubeconfig: Path, namespace: str, log: Path) -> OperatorProcess:
+        """The operator of a later build whose compiler plans the same SQL differently
+        (``tests.support.operator_variant``), watching ``namespace`` with ``kubeconfig``'s rights."""
+        process = cls.__new__(cls)
+        env = {k: v for k, v in os.environ.items() if k not in ("KUBECONFIG", "POD_NAMESPACE")}
+        root = Path(__file__).resolve().parents[2]
+        env["PYTHONPATH"] = os.pathsep.join([str(root), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+        args = ["--log-format", "text", "--namespace", namespace, "--lease-namespace", namespace,
+                "--lease-seconds", "6", "--metrics-port", "0", "--kubeconfig", str(kubeconfig)]
+        process._spawn(log, args, env, command=[sys.executable, "-m", "tests.support.operator_variant"])
+        return process
+
+    def _spawn(self, log: Path, args: list[str], env: dict[str, str],
+               command: list[str] | None = None) -> None:
         self.log = log
-        sluice = Path(sys.executable).with_name("sluice")
-        cmd = [str(sluice), "operator", "--log-format", "text", *args]
+        if command is None:
+            command = [str(Path(sys.executable).with_name("sluice")), "operator", "--log-format", "text"]
+        cmd = [*command, *args]
         self.proc = subprocess.Popen(cmd, stdout=log.open("wb"), stderr=subprocess.STDOUT,
                                      start_new_session=True, env={**env, "PYTHONUNBUFFERED": "1"})
 

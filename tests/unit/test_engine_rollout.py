@@ -44,6 +44,16 @@ def test_an_engine_rollout_resumes_and_is_reverted_when_the_cluster_goes_back() 
     assert next_action(PINNED, rollout, A, engine=E1, pinned_engine=E1).kind == "revert"
 
 
+def test_an_edit_back_at_the_stable_plan_cancels_a_plan_rollout_though_a_new_engine_waits() -> None:
+    plan_rollout = {"targetHash": B, "step": str(Step.VERIFYING)}
+    # the spec went back to A while the cluster admitted engine E2: the rollout to B is obsolete
+    assert next_action(PINNED, plan_rollout, A, engine=E2, pinned_engine=E1).kind == "revert"
+    # a rollout of both, of which the engine is still asked for: obsolete too (the engine comes next)
+    both = {**engine_rollout(), "targetHash": B}
+    assert next_action(PINNED, both, A, engine=E2, pinned_engine=E1).kind == "revert"
+    assert next_action(PINNED, both, B, engine=E2, pinned_engine=E1).kind == "resume"
+
+
 def test_a_rolled_back_engine_is_held_until_the_spec_or_the_engine_changes() -> None:
     last = {"toHash": A, "toEngine": E2, "outcome": Outcome.ROLLED_BACK, "generation": 3}
     assert held_back(last, A, 3, E2) and not held_back(last, A, 4, E2) and not held_back(last, A, 3, "3" * 64)

@@ -113,7 +113,10 @@ def next_action(pinned: dict[str, Any] | None, rollout: dict[str, Any] | None, c
     step = (rollout or {}).get("step")
     if rollout is not None and step in IN_FLIGHT:
         target = (rollout.get("targetHash"), target_engine(rollout, pinned_engine))
-        if step in REVERTIBLE and stable == desired and target != stable:
+        # what the rollout moves (the plan, the engine) is no longer asked for: it is cancelled (a
+        # change still asked for, the other one, is classified once the stable plan runs again)
+        obsolete = any(t != s and d == s for t, s, d in zip(target, stable, desired, strict=True))
+        if step in REVERTIBLE and obsolete:
             return Action("revert", rollout)
         return Action("resume", rollout)
     if stable[0] is None:

@@ -77,6 +77,9 @@ def advance(run: QueryRun, ctx: QueryContext, spec: StreamingQuerySpec, cluster:
     plan, plan_hash, plan_json = desired.plan, desired.hash, desired.plan.to_json()
     ready = False
     for _ in range(MAX_TURNS):
+        if spec.suspend and engines.changes and _adopt_engine(run, desired, engines):
+            engines = Engines(engines.desired, engines.desired)
+            ctx = ctx.on_engine(engines.desired)
         action = next_action(run.status.get("plan"), run.status.get("rollout"), plan_hash,
                              run.status.get("lastUpgrade"), run.generation,
                              engine=engines.desired.compute_digest(),
@@ -91,8 +94,10 @@ def advance(run: QueryRun, ctx: QueryContext, spec: StreamingQuerySpec, cluster:
             ctx = upgrade.pinned_context(ctx, run.status.get("plan"))  # a replace moved the version on
         elif action.kind == "revert":
             rollout = action.rollout or {}
-            return upgrade.start_rollback(run, ctx, rollout, upgrade.read_lease(run, ctx),
-                                          why_failed="", error=None, cancelled=True)
+            ready = upgrade.start_rollback(run, ctx, rollout, upgrade.read_lease(run, ctx),
+                                           why_failed="", error=None, cancelled=True)
+            if run.status.get("rollout") is not None:
+                return ready  # the stable plan has yet to run again
         elif action.kind == "classify":
             if cleanup.discard_pending(run):  # a rolled-back version's leftovers go before a new rollout
                 ready = _converge(run, ctx, run.status["plan"]["hash"], run.status["plan"]["configMap"])
@@ -113,6 +118,30 @@ def advance(run: QueryRun, ctx: QueryContext, spec: StreamingQuerySpec, cluster:
                 cleanup.clean_up(run, ctx, cluster)
             return ready
     return ready
+
+
+def _adopt_engine(run: QueryRun, desired: Desired, engines: Engines) -> bool:
+    """A suspended query takes its QueryCluster's engine as it is, without a rollout: no driver runs
+    to warm up or to pass a gate (the drivers start on it when the query resumes). Only when its
+    plan stays: a plan the new engine needs re-derived is classified like any change. Returns
+    whether it did."""
+    pinned = run.status.get("plan") or {}
+    if run.status.get("rollout") is not None or pinned.get("hash") != desired.hash:
+        return False
+    old, new = engines.stable.compute_digest(), engines.desired.compute_digest()
+    now = run.env.clock()
+    same_plan = {"targetHash": desired.hash, "category": "transparent", "decision": "in-place"}
+    record = {**upgrade_record(from_hash=desired.hash, rollout=same_plan,
+                               outcome=str(Outcome.SUCCEEDED), now=now, generation=run.generation,
+                               reasons=["the query is suspended: it takes the QueryCluster's engine at once, "
+                                        "its drivers start on it when it resumes"],
+                               changes=[], from_engine=old, to_engine=new, cause="cluster"),
+              "finishedAt": now}
+    run.write({"engine": engines.desired.record(), "lastUpgrade": record,
+               "history": with_history(run.status.get("history"), record)})
+    run.event("Normal", EventReason.UPGRADE_SUCCEEDED,
+              f"engine {old[:12]} -> {new[:12]} taken while suspended")
+    return True
 
 
 def _pinned_engine(run: QueryRun, engines: Engines) -> str:

@@ -314,7 +314,9 @@ def start_rollback(run: QueryRun, ctx: QueryContext, rollout: dict[str, Any], re
                      if ran and not replace else True)
     mode, why = rollback_mode(back_is_in_place=back_in_place, target_ran=ran, backstop_epoch=backstop_epoch,
                               replace=replace, backfilling=rollout.get("step") == Step.BACKFILLING)
-    start_epoch = record.transitions if record is not None else 0
+    # the stable plan runs again in a term after the rollback began; unless the target never held the
+    # Lease: then the stable plan's holder never stopped, and its own term counts
+    start_epoch = (record.transitions if record is not None else 0) if ran else -1
     new = rolling_back(rollout, now=run.env.clock(), start_epoch=start_epoch, mode=mode,
                        why=why if cancelled else f"{why_failed}; {why}", error=error, cancelled=cancelled,
                        backstop_epoch=backstop_epoch)

@@ -11,10 +11,10 @@ CoreDNS images), ``dns`` (the cluster DNS objects), ``lifecycle`` (start/stop), 
 """
 
 from sluice_dev.platform.node.config import NODE_NAME, PAUSE_IMAGE, TEST_IMAGE, node_ip
-from sluice_dev.platform.node.lifecycle import leftovers, load_images, network_up, start, stop
+from sluice_dev.platform.node.lifecycle import leftovers, load_images, network_up, start, stop, tag_image
 from sluice_dev.platform.node.provision import provision
 
 __all__ = [
     "NODE_NAME", "PAUSE_IMAGE", "TEST_IMAGE",
-    "leftovers", "load_images", "network_up", "node_ip", "provision", "start", "stop",
+    "leftovers", "load_images", "network_up", "node_ip", "provision", "start", "stop", "tag_image",
 ]

@@ -279,6 +279,15 @@ def load_images(state_dir: Path, archives: dict[str, Path]) -> None:
         _sh("containerd", lay, config.ctr_argv(ctr, lay, "images", "tag", "--force", reference, alias))
 
 
+def tag_image(state_dir: Path, image: str, alias: str) -> None:
+    """Give a local image already in the node's containerd another name (``sluice-runtime:0.1.0`` ->
+    ``sluice-runtime:next``: a "new" runtime image with the same content, for engine upgrades)."""
+    lay = layout(state_dir.resolve())
+    ctr = shutil.which("ctr") or "ctr"
+    source, target = (config.image_alias(f"localhost/{name}") for name in (image, alias))
+    _sh("containerd", lay, config.ctr_argv(ctr, lay, "images", "tag", "--force", source, target))
+
+
 def stop(state_dir: Path, *, keep_network: bool = False) -> None:
     """Stop kube-proxy, the kubelet and containerd, then remove everything the node created on
     the machine (``teardown.teardown``); idempotent, and works after a crash.
