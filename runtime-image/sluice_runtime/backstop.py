@@ -60,27 +60,25 @@ def has_signature(checkpoint: str | Path) -> bool:
     return (Path(checkpoint) / SIGNATURE_FILE).is_file()
 
 
-def recorded_plan(checkpoint: str | Path) -> str | None:
-    """The hash of the plan whose signature the checkpoint records (the last plan that started on
-    it after a switch), None when it records none."""
+def _recorded(checkpoint: str | Path, key: str) -> str | None:
     try:
         data = json.loads((Path(checkpoint) / SIGNATURE_FILE).read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
     if not isinstance(data, dict):
         return None
-    return str(data.get("planHash") or "") or None
+    return str(data.get(key) or "") or None
+
+
+def recorded_plan(checkpoint: str | Path) -> str | None:
+    """The hash of the plan whose signature the checkpoint records (the last plan that started on
+    it after a switch), None when it records none."""
+    return _recorded(checkpoint, "planHash")
 
 
 def recorded_engine(checkpoint: str | Path) -> str | None:
     """The engine digest the checkpoint's signature records (the engine of the last switch), if any."""
-    try:
-        data = json.loads((Path(checkpoint) / SIGNATURE_FILE).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    if not isinstance(data, dict):
-        return None
-    return str(data.get("engine") or "") or None
+    return _recorded(checkpoint, "engine")
 
 
 def record(checkpoint: str | Path, plan: Plan, engine: str = "") -> None:

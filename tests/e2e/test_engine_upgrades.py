@@ -130,6 +130,7 @@ def engine_moves(cluster: E2ECluster, ns: str, names: list[str], patch: dict[str
                  until: str) -> tuple[dict[str, Any], int]:
     """Patch the QueryCluster and wait until its rollout is ``until``; returns the rollout and the
     most queries seen upgrading at the same time."""
+    before = fleet(cluster, ns).get("target")
     cluster.kubectl("patch", "querycluster", "default", "-n", ns, "--type=merge", "-p",
                     json.dumps({"spec": patch}))
     most = 0
@@ -139,7 +140,7 @@ def engine_moves(cluster: E2ECluster, ns: str, names: list[str], patch: dict[str
             "Applying", "Verifying", "RollingBack")]
         most = max(most, len(upgrading))
         rollout = fleet(cluster, ns)
-        if rollout.get("state") == until and not upgrading:
+        if rollout.get("target") != before and rollout.get("state") == until and not upgrading:
             return rollout, most
         time.sleep(1.0)
     raise AssertionError(f"the QueryCluster's rollout did not become {until}: {fleet(cluster, ns)}")

@@ -268,3 +268,47 @@ def test_plan_diff_history_and_rollback_through_kubectl(kube: Any, namespace: st
     done = run(kube, "sluice", "rollback", "sq/totals", "-n", ns, "--to", "0123456789ab", ok=False)
     assert done.returncode == 1
     assert "no ConfigMap of plan 0123456789ab (totals-plan-0123456789ab)" in done.stderr
+
+
+def test_a_replan_on_offer_is_shown_and_accepted_through_kubectl(kube: Any, namespace: str, kafka: str,
+                                                                 crds: None, tmp_path: Path) -> None:
+    """An operator of a later build (its compiler plans the same SQL differently) keeps the pinned
+    plan, offers its own; kubectl shows the offer and accepts it; the operator rolls it out."""
+    ns, k, topic = namespace, Kube(kube.api), f"kr-{uuid.uuid4().hex[:6]}"
+    k.create({"apiVersion": "sluice.dev/v1alpha1", "kind": "QueryCluster",
+              "metadata": {"name": "default", "namespace": ns},
+              "spec": {"serviceId": "kr", "kafka": {"bootstrapServers": kafka}, "drainSeconds": 10}})
+    k.create(manifest(ns, topic, SQL))
+    first_operator = OperatorProcess(kube, ns, tmp_path / "operator.log")
+    try:
+        pinned = eventually(settled(k, ns, 1), timeout=60, what="the query's first plan pinned")["plan"]
+    finally:
+        first_operator.stop()
+    assert "no re-plan on offer" in run(kube, "sluice", "replan", "sq/totals", "-n", ns).stdout
+    later = OperatorProcess.later_build(kube.kubeconfig, ns, tmp_path / "later.log")
+    try:
+        offered = eventually(lambda: status(k, ns)["plan"].get("replan"), timeout=60,
+                             what="the later build's plan on offer")
+        assert offered["decision"] == "in-place" and status(k, ns)["plan"]["hash"] == pinned["hash"]
+        wide = run(kube, "get", "sq", "-n", ns, "-o", "wide").stdout.splitlines()
+        assert "REPLAN" in wide[0].split() and "in-place" in wide[1].split()
+        text = run(kube, "sluice", "plan", "sq/totals", "-n", ns, "-o", "text").stdout
+        assert f"re-plan on offer: plan {offered['hash'][:12]} (transparent, in-place)" in text
+        assert "maxOffsetsPerTrigger" in text
+        dry = json.loads(run(kube, "sluice", "replan", "sq/totals", "-n", ns, "--dry-run").stdout)
+        assert dry == {"metadata": {"annotations": {"sluice.dev/replan": offered["hash"]}}}
+        assert "accepted" in run(kube, "sluice", "replan", "sq/totals", "-n", ns).stdout
+        st = eventually(lambda: (s := status(k, ns)).get("rollout", {}).get("step") == "Verifying" and s,
+                        timeout=60, what="the re-plan rolling out")
+        assert st["rollout"]["targetHash"] == offered["hash"]
+        DriverSide(kube.api, ns).take_over(offered["hash"], batches=3,
+                                           engine=st["engine"]["digest"])
+        st = eventually(lambda: (s := status(k, ns)).get("plan", {}).get("hash") == offered["hash"]
+                        and not s.get("rollout") and s, timeout=60, what="the re-plan carried out")
+        assert "replan" not in st["plan"] and st["lastUpgrade"]["cause"] == "replan"
+        history = run(kube, "sluice", "history", "sq/totals", "-n", ns).stdout
+        assert "re-plan accepted" in history
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}\n{later.tail()}") from None
+    finally:
+        later.stop()

@@ -197,6 +197,11 @@ def test_an_image_change_rolls_the_queries_one_by_one_behind_their_gates(world: 
     status = w.status("a")
     assert "rollout" not in status and status["engine"]["digest"] == wave["target"]
     assert status["engine"]["image"] == IMAGE_B and status["lastUpgrade"]["outcome"] == "Succeeded"
+    assert container_of(w, "a")["image"] == IMAGE_B  # and the drivers stay there
+    reconcile_query(w.env, w.current("a"))
+    pod = (w.k.get("Deployment", w.ns, "a-driver") or {})["spec"]["template"]
+    assert pod["spec"]["containers"][0]["image"] == IMAGE_B
+    assert pod["metadata"]["labels"]["sluice.dev/engine"] == wave["target"][:12]
 
     wave = roll(w)
     assert wave["updated"] == ["a"] and wave["admitted"] == ["b"]

@@ -36,7 +36,8 @@ RESTORE_DONE = "sluice.dev/restore-done"
 MAX_MESSAGE = 600
 
 
-def _load(text: str | None) -> dict[str, Any] | None:
+def load_object(text: str | None) -> dict[str, Any] | None:
+    """The JSON object of an annotation (None when there is none, or it is not an object)."""
     if not text:
         return None
     try:
@@ -79,7 +80,7 @@ class Progress:
 
     @classmethod
     def from_json(cls, text: str | None) -> Progress | None:
-        data = _load(text)
+        data = load_object(text)
         if data is None or not data.get("planHash"):
             return None
         try:
@@ -113,7 +114,7 @@ class DriverError:
 
     @classmethod
     def from_json(cls, text: str | None) -> DriverError | None:
-        data = _load(text)
+        data = load_object(text)
         if data is None or not data.get("planHash"):
             return None
         return cls(plan_hash=str(data["planHash"]), phase=str(data.get("phase") or "active"),
@@ -145,7 +146,7 @@ class Backstop:
 
     @classmethod
     def from_json(cls, text: str | None) -> Backstop | None:
-        data = _load(text)
+        data = load_object(text)
         if data is None or "epoch" not in data:
             return None
         try:
@@ -174,7 +175,7 @@ class RestoreRequest:
 
     @classmethod
     def from_json(cls, text: str | None) -> RestoreRequest | None:
-        data = _load(text)
+        data = load_object(text)
         if data is None or not data.get("id"):
             return None
         try:

@@ -28,6 +28,8 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
+from sluice.core.driverreport import load_object
+
 #: label of the Lease and of every driver pod: the query's base name
 QUERY_LABEL = "sluice.dev/query"
 #: label of a driver pod: ``active`` (holds the Lease) or ``standby``; kept current by the runtime
@@ -300,13 +302,8 @@ def drivers_status(
 
 def _load_versions(text: str | None) -> dict[str, str] | None:
     """What the holder reported it runs on (``HOLDER_VERSIONS``: a JSON object of strings)."""
-    if not text:
-        return None
-    try:
-        data = json.loads(text)
-    except ValueError:
-        return None
-    return {str(k): str(v) for k, v in data.items()} if isinstance(data, dict) else None
+    data = load_object(text)
+    return {str(k): str(v) for k, v in data.items()} if data is not None else None
 
 
 # -- helpers for the operator (added with the operator side of standby drivers) ---------------

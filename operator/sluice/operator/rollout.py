@@ -91,7 +91,11 @@ def advance(run: QueryRun, ctx: QueryContext, spec: StreamingQuerySpec, cluster:
             ready = _resume(run, ctx, plan, plan_hash, plan_json, action, policy)
             if run.status.get("rollout") is not None:
                 return ready  # still in flight: the gate (or the next step) waits
-            ctx = upgrade.pinned_context(ctx, run.status.get("plan"))  # a replace moved the version on
+            # a replace moved the version on, an engine upgrade the engine: the next turns act on them
+            stable = Engine.model_validate(run.status.get("engine") or engines.stable.record()).snapshot()
+            engines = Engines(stable, engines.desired, engines.waiting)
+            frozen = ctx.freeze_driver and stable == ctx.engine
+            ctx = upgrade.pinned_context(ctx.on_engine(stable, freeze=frozen), run.status.get("plan"))
         elif action.kind == "revert":
             rollout = action.rollout or {}
             ready = upgrade.start_rollback(run, ctx, rollout, upgrade.read_lease(run, ctx),
