@@ -237,6 +237,8 @@ def test_a_failed_gate_rolls_back_and_halts_the_wave(world: World) -> None:
     assert wave["state"] == "Halted" and wave["failure"]["query"] == "a"
     assert "PlanIncompatible" in wave["failure"]["message"] and wave["admitted"] == []
     assert "RolloutHalted" in {reason for reason, _ in w.events}
+    # the queries that wait are told (their status says why they wait: the reconcile the poke starts)
+    assert w.current("b")["metadata"]["annotations"][ADMITTED] == f"{wave['target'][:12]}-halted"
     reconcile_query(w.env, w.current("b"))
     assert engine_of(w, "b") == old_engine and "halted" in w.status("b")["engine"]["waiting"]
     # a (held back) is not tried again while the cluster asks for the same engine

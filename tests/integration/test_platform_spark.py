@@ -151,3 +151,55 @@ def test_streaming_query_reads_one_topic_and_writes_another(
         ("2", {"item": "PEAR", "total": 40}),
         ("3", {"item": "FIG", "total": 60}),
     ]
+
+
+def spark_defaults(keys: list[str], checkpoint: str) -> tuple[dict[str, str], list[str]]:
+    """The values a fresh SparkSession of the installed PySpark has for ``keys``, and the settings Spark
+    writes into a checkpoint's offset log (a counting query over the rate source, run once); in a
+    spawned process: no earlier session's settings."""
+    from pyspark.sql import SparkSession
+
+    os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
+    spark = (SparkSession.builder.master("local[1]").config("spark.ui.enabled", "false")
+             .config("spark.driver.bindAddress", "127.0.0.1").config("spark.driver.host", "127.0.0.1")
+             .config("spark.sql.shuffle.partitions", "2").getOrCreate())
+    try:
+        values = {key: str(spark.conf.get(key)) for key in keys}
+        rate = spark.readStream.format("rate").option("rowsPerSecond", 5).load()
+        counts = rate.groupBy((rate.value % 3).alias("k")).count()
+        query = (counts.writeStream.outputMode("update").format("memory").queryName("pinned")
+                 .option("checkpointLocation", checkpoint).trigger(availableNow=True).start())
+        query.awaitTermination()
+        first = sorted((Path(checkpoint) / "offsets").glob("[0-9]*"))[0]
+        metadata = json.loads(first.read_text(encoding="utf-8").splitlines()[1])
+        return values, sorted(metadata["conf"])
+    finally:
+        spark.stop()
+
+
+def test_the_settings_a_plan_pins_are_the_installed_sparks_defaults_and_kinds(tmp_path: Path) -> None:
+    """``sluice.core.plan.meaning``: the defaults for the installed Spark line are Spark's own (the
+    session time zone aside: Sluice pins UTC instead of the JVM's zone), and the settings it calls
+    ``checkpoint`` settings are exactly those Spark keeps in a checkpoint (besides the typed ones)."""
+    import pyspark
+    from sluice.core import sparkversion
+    from sluice.core.plan import meaning
+
+    pinned = meaning.DEFAULTS[sparkversion.line(pyspark.__version__)]
+    keys = sorted(k for k in pinned if k != "spark.sql.session.timeZone")
+    with ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn")) as pool:
+        actual, in_checkpoint = pool.submit(spark_defaults, keys, str(tmp_path / "cp")).result(timeout=300)
+    assert actual == {k: pinned[k] for k in keys}
+    assert pinned["spark.sql.session.timeZone"] == "UTC"
+    checkpoint_kind = {m.key for m in meaning.MEANINGS if m.kind == "checkpoint"}
+    typed = set(meaning.TYPED)
+    kept = set(in_checkpoint)
+    assert checkpoint_kind <= kept, checkpoint_kind - kept
+    # every setting Spark keeps in a checkpoint is pinned (typed or in settings.conf), but three that
+    # concern nothing a plan of Sluice's does (protobuf function extensions, the pruning of streaming
+    # subplans by filters, source evolution: a changed source is a replace, never a restart)
+    unpinned = kept - checkpoint_kind - typed
+    assert unpinned == {"spark.sql.function.protobufExtensions.enabled",
+                        "spark.sql.optimizer.pruneFiltersCanPruneStreamingSubplan",
+                        "spark.sql.streaming.queryEvolution.enableSourceEvolution"}, unpinned
+    assert not {m.key for m in meaning.MEANINGS if m.kind == "result"} & kept

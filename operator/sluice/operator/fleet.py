@@ -24,8 +24,9 @@ from sluice.operator.kube import KubeError
 
 log = logging.getLogger("sluice.operator")
 
-#: StreamingQuery annotation the cluster sets when it admits the query to its rollout (the change
-#: of the annotation makes the query reconcile)
+#: StreamingQuery annotation the cluster sets when it admits the query to its rollout (the target
+#: digest's first 12 characters), or halts the rollout the query waits for (``-halted`` added): the
+#: change of the annotation makes the query reconcile
 ADMITTED = "sluice.dev/cluster-rollout"
 #: the rollout steps during which nothing runs towards the target (the query waits or was refused)
 WAITING_STEPS = ("AwaitingUpgrade", "Rejected")
@@ -83,7 +84,9 @@ def roll_fleet(env: Env, body: dict[str, Any]) -> str | None:
     if record != previous:
         env.kube.patch_status("QueryCluster", ns, name, {"rollout": record})
         _announce(env, body, wave, previous if same else {})
-    _admit(env, ns, [q for q in queries if q["metadata"]["name"] in wave.admitted], target)
+    _poke(env, ns, [q for q in queries if q["metadata"]["name"] in wave.admitted], target[:12])
+    if wave.state == "Halted":  # the waiting queries say so in their status (status.engine.waiting)
+        _poke(env, ns, [q for q in queries if q["metadata"]["name"] in wave.pending], f"{target[:12]}-halted")
     return wave.state
 
 
@@ -113,14 +116,14 @@ def _announce(env: Env, body: dict[str, Any], wave: Wave, previous: dict[str, An
                    f"admitted {', '.join(wave.admitted)} to engine {wave.target[:12]}: {wave.message}")
 
 
-def _admit(env: Env, namespace: str, queries: list[dict[str, Any]], target: str) -> None:
-    """Annotate the admitted queries with the target (once): each reconciles at once."""
+def _poke(env: Env, namespace: str, queries: list[dict[str, Any]], value: str) -> None:
+    """Set the rollout annotation of ``queries`` to ``value`` (once): each reconciles at once."""
     for query in queries:
-        if (query["metadata"].get("annotations") or {}).get(ADMITTED) == target[:12]:
+        if (query["metadata"].get("annotations") or {}).get(ADMITTED) == value:
             continue
         try:
             env.kube.patch("StreamingQuery", namespace, query["metadata"]["name"],
-                           {"metadata": {"annotations": {ADMITTED: target[:12]}}})
+                           {"metadata": {"annotations": {ADMITTED: value}}})
         except KubeError as exc:
             if exc.status != 404:
                 raise
