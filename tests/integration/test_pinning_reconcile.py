@@ -339,3 +339,28 @@ def test_a_spark_downgrade_is_refused(world: World) -> None:
     assert status["rollout"]["step"] == "Rejected"
     assert "downgrade" in " ".join(status["lastUpgrade"]["reasons"])
     assert roll(w)["refused"] == ["totals"]
+
+
+def test_the_new_default_image_of_an_upgraded_operator_is_rolled_out_in_waves(
+        world: World, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Queries whose QueryCluster names no image run the operator's default runtime image; an
+    operator of a later version (another default) moves them there like any engine change."""
+    import sluice.operator.fleet
+    import sluice.operator.pinning
+
+    w = world
+    for name in ("a", "b"):
+        running(w, name)
+    before = {name: container_of(w, name)["image"] for name in ("a", "b")}
+    assert before == {"a": "sluice-runtime:0.1.0", "b": "sluice-runtime:0.1.0"}
+    for module in (sluice.operator.pinning, sluice.operator.fleet):
+        monkeypatch.setattr(module, "default_image", lambda: "sluice-runtime:0.2.0")
+    for name in ("a", "b"):  # the operator restarted: every query resumes, nothing moves yet
+        reconcile_query(w.env, w.current(name))
+        assert container_of(w, name)["image"] == "sluice-runtime:0.1.0" and "rollout" not in w.status(name)
+    wave = roll(w)
+    assert wave["image"] == "sluice-runtime:0.2.0" and wave["admitted"] == ["a"]
+    reconcile_query(w.env, w.current("a"))
+    assert w.status("a")["rollout"]["targetEngine"]["image"] == "sluice-runtime:0.2.0"
+    assert container_of(w, "a")["image"] == "sluice-runtime:0.2.0"
+    assert container_of(w, "b")["image"] == "sluice-runtime:0.1.0"
