@@ -202,7 +202,9 @@ def test_lifecycle_create_edit_suspend_resume(k: Kube, namespace: str, kafka: st
                     timeout=60, what="suspend, the backfill cancelled, the new engine taken")
     assert st["phase"] == "Suspended" and st["history"][1]["outcome"] == "Cancelled"
     assert st["lastUpgrade"]["outcome"] == "Succeeded" and st["lastUpgrade"]["cause"] == "cluster"
-    assert driver_image() == "registry.example/sluice-runtime:9"
+    # the status is written first (the write-ahead rule), the Deployment right after
+    eventually(lambda: driver_image() == "registry.example/sluice-runtime:9", timeout=30,
+               what="the suspended drivers' template on the new engine")
     assert k.get("Deployment", ns, "totals-backfill") is None
     assert k.get("Deployment", ns, "totals-driver")["spec"]["replicas"] == 0
     assert k.get("PersistentVolumeClaim", ns, "totals-state") is not None
