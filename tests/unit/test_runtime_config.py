@@ -13,7 +13,7 @@ from sluice_runtime import cli
 from sluice_runtime.config import start_from_millis, start_from_options
 from sluice_runtime.pipeline import with_output_topic
 from sluice_runtime.session import effective_conf
-from sluice_runtime.steps import REGISTRY, BuildContext, builder_for
+from sluice_runtime.steps import BuildContext, builder_for
 from sluice_runtime.steps.source import starting_options
 
 
@@ -127,19 +127,6 @@ def test_checkpoint_file_manager_is_the_file_system_one_unless_the_user_sets_one
 
 def test_default_query_id() -> None:
     assert cli.default_query_id("abcdef0123456789ffff") == "plan-abcdef0123456789"
-
-
-def _step_types() -> set[str]:
-    step_union = typing.get_args(typing.get_args(model.Step)[0])
-    return {cls.model_fields["type"].default for cls in step_union}
-
-
-def test_every_step_type_has_a_builder() -> None:
-    types = _step_types()
-    assert len(types) == 11
-    assert types == set(REGISTRY)
-    for t in types:
-        assert callable(builder_for(t))
 
 
 def test_unknown_step_type() -> None:

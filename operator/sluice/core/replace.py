@@ -20,6 +20,8 @@ import json
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from sluice.core.plan.steptypes import reset_notes
+
 if TYPE_CHECKING:
     from sluice.core.plan.model import Plan
 
@@ -156,16 +158,7 @@ def last_output_batch(*, exactly_once: bool, marker: int | None, last_commit: in
 
 def state_reset_note(plan: Plan) -> str:
     """What starting on an empty checkpoint means for this query's results."""
-    notes: list[str] = []
-    types = {s.type for s in plan.steps}
-    if "windowAggregateV1" in types or "sessionWindowAggregateV1" in types:
-        notes.append("counts and aggregates restart from zero for the windows open at the switch")
-    if "aggregateV1" in types:
-        notes.append("running aggregates restart from zero")
-    if "streamStreamJoinV1" in types:
-        notes.append("join buffers start empty: records from before the switch find no match after it")
-    if "deduplicateV1" in types:
-        notes.append("deduplication forgets the keys seen before the switch")
+    notes = reset_notes({s.type for s in plan.steps})
     if not notes:
         return "the query keeps no state: nothing is lost by the new checkpoint"
     return "state starts empty: " + "; ".join(notes)

@@ -21,19 +21,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sluice.core.classify.lineage import Lineage
-from sluice.core.plan.model import STATEFUL_STEP_TYPES, Plan
+from sluice.core.plan.model import Plan
+from sluice.core.plan.steptypes import REGISTRY, STATEFUL
 
 SIGNATURE_VERSION = 2
-
-#: Spark operator names (state/<op>/_metadata/metadata operatorName) per stateful step type.
-SPARK_OPERATORS = {
-    "aggregateV1": {"stateStoreSave"},
-    "windowAggregateV1": {"stateStoreSave"},
-    "sessionWindowAggregateV1": {"sessionWindowStateStoreSaveExec", "sessionWindowStateStoreSave"},
-    "streamStreamJoinV1": {"symmetricHashJoin"},
-    "deduplicateV1": {"dedupe", "dedupeWithinWatermark"},
-}
-
 
 def _expand_all(lin: Lineage, step: Any, exprs: list[str]) -> list[str]:
     return [lin.expand(e, list(step.inputs)) if e != "*" else "*" for e in exprs]
@@ -45,7 +36,7 @@ def state_signature(plan: Plan, version: int = SIGNATURE_VERSION) -> dict[str, A
     lin = Lineage(plan, legacy=legacy)
     steps: dict[str, Any] = {}
     for step in plan.steps:
-        if step.type not in STATEFUL_STEP_TYPES:
+        if step.type not in STATEFUL:
             continue
         sig: dict[str, Any] = {"type": step.type}
         keys = getattr(step, "keys", None)
@@ -110,7 +101,7 @@ def check(plan: Plan, facts: CheckpointFacts) -> list[str]:
                 f"The checkpoint pins {key}={pinned}, but the plan sets {value}; Spark would keep "
                 f"{pinned} silently. Replace the query (new checkpoint) to change it."
             )
-    stateful = [s for s in plan.steps if s.type in STATEFUL_STEP_TYPES]
+    stateful = [s for s in plan.steps if s.type in STATEFUL]
     if facts.operators and len(facts.operators) != len(stateful):
         problems.append(
             f"The checkpoint has {len(facts.operators)} stateful operator(s) "
@@ -119,7 +110,7 @@ def check(plan: Plan, facts: CheckpointFacts) -> list[str]:
         )
     elif facts.operators:
         for op, step in zip(sorted(facts.operators, key=lambda o: o.operator_id), stateful, strict=True):
-            names = SPARK_OPERATORS.get(step.type, set())
+            names = REGISTRY[step.type].spark_operators if step.type in REGISTRY else frozenset()
             if names and op.name not in names:
                 problems.append(
                     f"Stateful operator {op.operator_id} in the checkpoint is {op.name!r}, but "

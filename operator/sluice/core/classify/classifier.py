@@ -43,7 +43,8 @@ from sluice.core.classify.model import (
 from sluice.core.classify.runtime import runtime_changes
 from sluice.core.classify.steps import KNOWN_STEP_TYPES, REPLACE, TRANSPARENT, Ctx, compare_step, fmt
 from sluice.core.plan import meaning
-from sluice.core.plan.model import PLAN_FORMAT_VERSION, STATEFUL_STEP_TYPES, Plan
+from sluice.core.plan.model import PLAN_FORMAT_VERSION, Plan
+from sluice.core.plan.steptypes import STATEFUL
 from sluice.core.replace import state_reset_note
 from sluice.core.spec import UpgradePolicy
 
@@ -198,7 +199,7 @@ def _added_removed(step: Any, added: bool, stateful_plan: bool) -> Change:
     desc = f"Step {step.id} ({st}) was {verb}"
     old, new = (None, st) if added else (st, None)
     category: Category
-    if st in STATEFUL_STEP_TYPES:
+    if st in STATEFUL:
         category = "topology"
         why = (
             f": the set of stateful operators changes and the checkpoint's state "
@@ -353,14 +354,14 @@ def _output_schema(old_plan: Plan, new_plan: Plan, olin: Lineage, nlin: Lineage)
 def _stateful_order(old: Lineage, new: Lineage, matching: Matching) -> list[Change]:
     out: list[Change] = []
     for ostep, nstep in matching.pairs:
-        if nstep.type not in STATEFUL_STEP_TYPES:
+        if nstep.type not in STATEFUL:
             continue
         oa = sorted(
             matching.new_id(a) or f"{a} (removed)"
             for a in old.ancestors(ostep.id)
-            if old.by_id[a].type in STATEFUL_STEP_TYPES
+            if old.by_id[a].type in STATEFUL
         )
-        na = sorted(a for a in new.ancestors(nstep.id) if new.by_id[a].type in STATEFUL_STEP_TYPES)
+        na = sorted(a for a in new.ancestors(nstep.id) if new.by_id[a].type in STATEFUL)
         if oa != na:
             out.append(
                 change(
@@ -403,7 +404,7 @@ def classify(
         return _decide(runtime, policy, old, new)
 
     changes: list[Change] = []
-    stateful = any(s.type in STATEFUL_STEP_TYPES for s in [*old.steps, *new.steps])
+    stateful = any(s.type in STATEFUL for s in [*old.steps, *new.steps])
     changes += _settings(old, new, stateful)
     olin, nlin = Lineage(old), Lineage(new)
     ctx = Ctx(old=olin, new=nlin, stateful=stateful, sink_topic=new.sink.topic)

@@ -35,10 +35,14 @@ from sluice.core.plan.model import (
     UnionV1,
     WindowAggregateV1,
 )
+from sluice.core.plan.steptypes import LineageRole, descriptor
 
-#: Steps that pass their input columns through unchanged.
-_PASS_THROUGH = frozenset({"filterV1", "watermarkV1", "deduplicateV1"})
 _MAX_DEPTH = 64
+
+
+def _role(step: object) -> LineageRole:
+    found = descriptor(str(getattr(step, "type", "")))
+    return found.lineage if found is not None else "leaf"
 
 
 @lru_cache(maxsize=4096)
@@ -116,7 +120,7 @@ class Lineage:
             match = [f for f in step.schema_ if f.name.lower() == lname]
             if qualifier is not None and len(match) > 1:
                 match = [f for f in match if (f.qualifier or "").lower() == qualifier.lower()] or match
-            if not match and not isinstance(step, StreamStreamJoinV1):
+            if not match and _role(step) != "join":
                 continue
             return self._resolve(step, name, qualifier, match[0] if match else None, depth)
         return f"<unresolved {qualifier + '.' if qualifier else ''}{name}>"
@@ -126,46 +130,53 @@ class Lineage:
     ) -> str:
         typ = field.type if field is not None else "?"
         lname = name.lower()
-        if isinstance(step, KafkaSourceV1):
-            return self._typed(f"{step.source}.{name}", typ)
-        if isinstance(step, ProjectV1):
-            for ne in step.expressions:
+        role = _role(step)
+        if role == "source":
+            return self._typed(f"{cast(KafkaSourceV1, step).source}.{name}", typ)
+        if role == "project":
+            project = cast(ProjectV1, step)
+            for ne in project.expressions:
                 if ne.name.lower() == lname:
                     bare = None if self.legacy else self._bare(ne.expr)
                     if bare is not None:  # a column passed through (maybe renamed): the column itself
-                        return self.column(bare.name, bare.table or None, list(step.inputs), depth + 1)
-                    inner = self.expand(ne.expr, list(step.inputs), depth)
+                        return self.column(bare.name, bare.table or None, list(project.inputs), depth + 1)
+                    inner = self.expand(ne.expr, list(project.inputs), depth)
                     return inner if self.display else f"({inner}):{typ}"
-            return f"<unresolved {name} in {step.id}>"
-        if not self.legacy and isinstance(step, AggregateV1 | WindowAggregateV1 | SessionWindowAggregateV1):
-            found = self._aggregated(step, name, typ, depth)
+            return f"<unresolved {name} in {project.id}>"
+        if role == "aggregate" and not self.legacy:
+            found = self._aggregated(cast(AggregateV1, step), name, typ, depth)
             if found is not None:
                 return found
-        if isinstance(step, StreamStreamJoinV1):
-            side = None
-            qual = (qualifier or (field.qualifier if field else None) or "").lower()
-            if qual == step.left_alias.lower():
-                side = step.inputs[:1]
-            elif qual == step.right_alias.lower():
-                side = step.inputs[1:2]
-            if side is None:
-                # unqualified: the first side that has it
-                for i, sid in enumerate(step.inputs):
-                    s = self.by_id.get(sid)
-                    if s is not None and any(f.name.lower() == lname for f in s.schema_):
-                        side = step.inputs[i : i + 1]
-                        break
-            if not side:
-                return f"<unresolved {name} in {step.id}>"
-            return self.column(name, None, list(side), depth + 1)
-        if isinstance(step, UnionV1):
-            parts = [self.column(name, None, [sid], depth + 1) for sid in step.inputs]
+        if role == "join":
+            return self._joined(cast(StreamStreamJoinV1, step), name, qualifier, field, depth)
+        if role == "union":
+            parts = [self.column(name, None, [sid], depth + 1) for sid in cast(UnionV1, step).inputs]
             return self._typed(f"union({', '.join(parts)})", typ)
-        step_type = getattr(step, "type", "")
-        if step_type in _PASS_THROUGH:
+        if role == "pass-through":
             return self.column(name, qualifier, list(getattr(step, "inputs", [])), depth + 1)
-        # The output of an unknown step: a leaf of that step (compared on its own).
+        # a leaf: the output of a step read on its own (compared on its own)
         return self._typed(f"{getattr(step, 'id', '?')}.{name}", typ)
+
+    def _joined(self, step: StreamStreamJoinV1, name: str, qualifier: str | None, field: FieldSpec | None,
+                depth: int) -> str:
+        """A join's output column: the same column of the side it comes from."""
+        lname = name.lower()
+        side = None
+        qual = (qualifier or (field.qualifier if field else None) or "").lower()
+        if qual == step.left_alias.lower():
+            side = step.inputs[:1]
+        elif qual == step.right_alias.lower():
+            side = step.inputs[1:2]
+        if side is None:
+            # unqualified: the first side that has it
+            for i, sid in enumerate(step.inputs):
+                s = self.by_id.get(sid)
+                if s is not None and any(f.name.lower() == lname for f in s.schema_):
+                    side = step.inputs[i : i + 1]
+                    break
+        if not side:
+            return f"<unresolved {name} in {step.id}>"
+        return self.column(name, None, list(side), depth + 1)
 
     def _aggregated(
         self,

@@ -20,10 +20,10 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
-from sluice.core.plan.model import STATEFUL_STEP_TYPES, Plan
+from sluice.core.plan.model import Plan
+from sluice.core.plan.steptypes import ANCHORS
 
 #: Steps that anchor the places of the steps before them.
-_ANCHORS = frozenset(STATEFUL_STEP_TYPES) | {"unionV1", "kafkaSinkV1"}
 
 Key = tuple[Any, ...]
 
@@ -58,12 +58,12 @@ def place(plan: Plan) -> dict[str, Key]:
                 break
             seen.add(nxt)
             nxt_type = by_id[nxt].type
-            if nxt_type in _ANCHORS:
+            if nxt_type in ANCHORS:
                 path.append((nxt_type, index))
             elif not path and nxt_type == step.type:
                 same_type_before_anchor += 1
             current = nxt
-        if step.type in _ANCHORS:
+        if step.type in ANCHORS:
             out[step.id] = (step.type, tuple(path))
         else:
             out[step.id] = (step.type, tuple(path), same_type_before_anchor)

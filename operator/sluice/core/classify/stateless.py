@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from sluice.core.classify.common import IN_PLACE_ROWS, REPLACE, TRANSPARENT, Ctx, fmt
-from sluice.core.plan.model import STATEFUL_STEP_TYPES
+from sluice.core.plan.steptypes import STATEFUL
 
 
 def _watermark(ctx: Ctx, old: Any, new: Any) -> set[str]:
@@ -196,7 +196,7 @@ def _update_to_append_on_windows(ctx: Ctx, old_mode: str, new_mode: str) -> bool
     """
     if (old_mode, new_mode) != ("update", "append"):
         return False
-    types = [s.type for lin in (ctx.old, ctx.new) for s in lin.plan.steps if s.type in STATEFUL_STEP_TYPES]
+    types = [s.type for lin in (ctx.old, ctx.new) for s in lin.plan.steps if s.type in STATEFUL]
     return bool(types) and all(t in _SAME_STATE_IN_UPDATE_AND_APPEND for t in types)
 
 

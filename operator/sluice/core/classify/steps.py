@@ -14,9 +14,9 @@ from typing import Any
 from sluice.core.classify.common import REPLACE, STRUCTURAL, TRANSPARENT, Ctx, fmt
 from sluice.core.classify.stateful import _aggregate, _dedup, _join, _session, _state_types, _window
 from sluice.core.classify.stateless import _filter, _project, _sink, _source, _union, _watermark
-from sluice.core.plan.model import STATEFUL_STEP_TYPES
+from sluice.core.plan.steptypes import STATEFUL
 
-__all__ = ["KNOWN_STEP_TYPES", "REPLACE", "TRANSPARENT", "Ctx", "compare_step", "fmt"]
+__all__ = ["KNOWN_STEP_TYPES", "REPLACE", "RULES", "TRANSPARENT", "Ctx", "compare_step", "fmt"]
 
 
 def _dump(step: Any) -> dict[str, Any]:
@@ -26,11 +26,11 @@ def _dump(step: Any) -> dict[str, Any]:
 
 def compare_step(ctx: Ctx, old: Any, new: Any) -> None:
     """Append the changes between two steps with the same id and type."""
-    handler = _HANDLERS.get(new.type)
+    handler = RULES.get(new.type)
     handled: set[str] = set()
     if handler is not None:
         handled = handler(ctx, old, new)
-    if new.type in STATEFUL_STEP_TYPES:
+    if new.type in STATEFUL:
         handled |= _state_types(ctx, old, new)
     od, nd = _dump(old), _dump(new)
     for key in sorted(set(od) | set(nd)):
@@ -49,7 +49,9 @@ def compare_step(ctx: Ctx, old: Any, new: Any) -> None:
             )
 
 
-_HANDLERS: dict[str, Callable[[Ctx, Any, Any], set[str]]] = {
+#: the classifier's rule of each step type (the rest of what a step type is:
+#: ``sluice.core.plan.steptypes``): the fields it compares, and what their changes mean
+RULES: dict[str, Callable[[Ctx, Any, Any], set[str]]] = {
     "aggregateV1": _aggregate,
     "windowAggregateV1": _window,
     "sessionWindowAggregateV1": _session,
@@ -63,4 +65,4 @@ _HANDLERS: dict[str, Callable[[Ctx, Any, Any], set[str]]] = {
     "kafkaSinkV1": _sink,
 }
 
-KNOWN_STEP_TYPES = frozenset(_HANDLERS)
+KNOWN_STEP_TYPES = frozenset(RULES)

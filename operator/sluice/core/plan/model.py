@@ -175,11 +175,6 @@ Step = Annotated[
     Field(discriminator="type"),
 ]
 
-STATEFUL_STEP_TYPES = frozenset(
-    {"aggregateV1", "windowAggregateV1", "sessionWindowAggregateV1", "streamStreamJoinV1", "deduplicateV1"}
-)
-
-
 class PinnedSettings(PlanModel):
     """Spark settings the plan pins: the checkpoint's layout and what the query computes (the
     runtime applies them over every other setting; ``sluice.core.plan.meaning`` lists them)."""

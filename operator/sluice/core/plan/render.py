@@ -2,21 +2,8 @@
 
 from __future__ import annotations
 
-from sluice.core.plan.model import (
-    AggregateV1,
-    DeduplicateV1,
-    FieldSpec,
-    FilterV1,
-    KafkaSinkV1,
-    KafkaSourceV1,
-    Plan,
-    ProjectV1,
-    SessionWindowAggregateV1,
-    Step,
-    StreamStreamJoinV1,
-    WatermarkV1,
-    WindowAggregateV1,
-)
+from sluice.core.plan.model import FieldSpec, Plan, Step
+from sluice.core.plan.steptypes import descriptor
 
 
 def _schema(fields: list[FieldSpec]) -> str:
@@ -24,51 +11,8 @@ def _schema(fields: list[FieldSpec]) -> str:
 
 
 def _details(step: Step) -> list[str]:
-    if isinstance(step, KafkaSourceV1):
-        lines = [f"topic {step.topic} ({step.format}), starting at {step.starting_offsets}"]
-        if step.max_offsets_per_trigger:
-            lines.append(f"at most {step.max_offsets_per_trigger} records per trigger")
-        lines.append(
-            f"malformed records: {step.malformed.policy}"
-            + (f" -> {step.malformed.topic}" if step.malformed.topic else "")
-        )
-        return lines
-    if isinstance(step, WatermarkV1):
-        return [f"watermark on {step.column}, delay {step.delay}"]
-    if isinstance(step, FilterV1):
-        return [f"where {step.condition}"]
-    if isinstance(step, ProjectV1):
-        return [f"{e.name} = {e.expr}" for e in step.expressions]
-    if isinstance(step, AggregateV1 | WindowAggregateV1 | SessionWindowAggregateV1):
-        lines = []
-        if isinstance(step, WindowAggregateV1):
-            slide = f" sliding every {step.window.slide}" if step.window.slide else ""
-            lines.append(
-                f"{step.window.name} = window over {step.window.column}, size {step.window.size}{slide}"
-            )
-        if isinstance(step, SessionWindowAggregateV1):
-            lines.append(
-                f"{step.session.name} = session window over {step.session.column}, gap {step.session.gap}"
-            )
-        lines += [f"key {k.name} = {k.expr}" for k in step.keys]
-        lines += [f"{a.name} = {a.expr}" for a in step.aggregates]
-        return lines
-    if isinstance(step, StreamStreamJoinV1):
-        lines = [f"{step.join_type} join {step.left_alias} with {step.right_alias}"]
-        lines += [f"key {k.left} = {k.right}" for k in step.keys]
-        if step.time_condition:
-            lines.append(f"time range {step.time_condition}")
-        return lines
-    if isinstance(step, DeduplicateV1):
-        return ["distinct on " + ", ".join(step.columns)]
-    if isinstance(step, KafkaSinkV1):
-        lines = [f"topic {step.topic} ({step.format}), outputMode {step.output_mode}, {step.delivery}"]
-        if step.key:
-            lines.append("key " + ", ".join(step.key))
-        if step.trigger.processing_time:
-            lines.append(f"trigger every {step.trigger.processing_time}")
-        return lines
-    return []
+    found = descriptor(step.type)
+    return found.details(step) if found is not None else []
 
 
 def render_text(plan: Plan) -> str:
