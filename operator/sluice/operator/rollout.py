@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from sluice.core.engine import engine_changes
@@ -49,20 +51,49 @@ log = logging.getLogger("sluice.operator")
 MAX_TURNS = 4
 
 
+@dataclass
+class Turn:
+    """What the steps of one reconcile share: the query's run, the context of the plan version and
+    engine that run (moved on by a step that finished a rollout), what the spec and the QueryCluster
+    ask for, and whether the active driver is ready."""
+
+    run: QueryRun
+    ctx: QueryContext
+    spec: StreamingQuerySpec
+    cluster: QueryClusterSpec
+    desired: Desired
+    engines: Engines
+    base: dict[str, Any]
+    ready: bool = False
+
+    @property
+    def policy(self) -> UpgradePolicy:
+        return self.spec.upgrade or self.cluster.upgrade
+
+    def moved_on(self) -> None:
+        """A rollout ended: act on the version and engine it left pinned from now on (a replace moved
+        the version on, an engine upgrade the engine)."""
+        run = self.run
+        stable = Engine.model_validate(run.status.get("engine") or self.engines.stable.record()).snapshot()
+        self.engines = Engines(stable, self.engines.desired, self.engines.waiting)
+        frozen = self.ctx.freeze_driver and stable == self.ctx.engine
+        self.ctx = upgrade.pinned_context(self.ctx.on_engine(stable, freeze=frozen), run.status.get("plan"))
+
+
 def advance(run: QueryRun, ctx: QueryContext, spec: StreamingQuerySpec, cluster: QueryClusterSpec,
             desired: Desired, engines: Engines, base: dict[str, Any]) -> bool:
     """Carry out rollout steps until the state machine says wait or steady; returns whether the
     active driver is ready.
 
-    Each turn asks ``next_action`` what to do, from the status as last written and the compiled
-    ``plan_hash``, and carries out that one step:
+    Each turn asks ``next_action`` what to do, from the status as last written, the plan and the
+    engine asked for, and carries out that one step (``ACTS``, one function per action):
 
     * ``create``: write the Deploying rollout, create the workload, pin the plan; done.
     * ``resume``: carry out the in-flight step: Deploying (finish), Applying (switch the driver
       template, start the gate), Verifying (evaluate the gate), RollingBack (back on the stable
       plan, wait for it to run); another turn only when the rollout ended.
-    * ``revert``: the spec went back to the stable plan during Applying/Verifying: roll back,
-      outcome Cancelled.
+    * ``revert``: what the rollout moves (plan or engine) is no longer asked for: roll back,
+      outcome Cancelled; another turn when the stable plan already runs again.
     * ``classify``: classify the edit against the plan that runs and write its rollout;
       ``Applying`` takes another turn to start it; ``AwaitingUpgrade``/``Rejected`` keep the workload
       on the pinned plan; done.
@@ -73,55 +104,86 @@ def advance(run: QueryRun, ctx: QueryContext, spec: StreamingQuerySpec, cluster:
     from or accepted a re-plan), on ``engines.desired`` (the QueryCluster's engine once its rollout
     admitted the query, else the pinned one): a change of either is classified and rolled out.
     """
-    policy = spec.upgrade or cluster.upgrade
-    plan, plan_hash, plan_json = desired.plan, desired.hash, desired.plan.to_json()
-    ready = False
+    turn = Turn(run, ctx, spec, cluster, desired, engines, base)
     for _ in range(MAX_TURNS):
-        if spec.suspend and engines.changes and _adopt_engine(run, desired, engines):
-            engines = Engines(engines.desired, engines.desired)
-            ctx = ctx.on_engine(engines.desired)
-        action = next_action(run.status.get("plan"), run.status.get("rollout"), plan_hash,
+        if spec.suspend and turn.engines.changes and _adopt_engine(run, desired, turn.engines):
+            turn.engines = Engines(turn.engines.desired, turn.engines.desired)
+            turn.ctx = turn.ctx.on_engine(turn.engines.desired)
+        action = next_action(run.status.get("plan"), run.status.get("rollout"), desired.hash,
                              run.status.get("lastUpgrade"), run.generation,
-                             engine=engines.desired.compute_digest(),
-                             pinned_engine=_pinned_engine(run, engines))
+                             engine=turn.engines.desired.compute_digest(),
+                             pinned_engine=_pinned_engine(run, turn.engines))
         log.debug("%s/%s: %s", run.ns, run.name, action.kind)
-        if action.kind == "create":
-            return _create(run, ctx, desired, engines, base)
-        if action.kind == "resume":
-            ready = _resume(run, ctx, plan, plan_hash, plan_json, action, policy)
-            if run.status.get("rollout") is not None:
-                return ready  # still in flight: the gate (or the next step) waits
-            # a replace moved the version on, an engine upgrade the engine: the next turns act on them
-            stable = Engine.model_validate(run.status.get("engine") or engines.stable.record()).snapshot()
-            engines = Engines(stable, engines.desired, engines.waiting)
-            frozen = ctx.freeze_driver and stable == ctx.engine
-            ctx = upgrade.pinned_context(ctx.on_engine(stable, freeze=frozen), run.status.get("plan"))
-        elif action.kind == "revert":
-            rollout = action.rollout or {}
-            ready = upgrade.start_rollback(run, ctx, rollout, upgrade.read_lease(run, ctx),
-                                           why_failed="", error=None, cancelled=True)
-            if run.status.get("rollout") is not None:
-                return ready  # the stable plan has yet to run again
-        elif action.kind == "classify":
-            if cleanup.discard_pending(run):  # a rolled-back version's leftovers go before a new rollout
-                ready = _converge(run, ctx, run.status["plan"]["hash"], run.status["plan"]["configMap"])
-                cleanup.clean_up(run, ctx, cluster)
-                return ready
-            ready = _classify(run, ctx, spec, cluster, desired, engines, base, action.from_hash)
-            if run.status.get("rollout", {}).get("step") not in (Step.APPLYING, Step.BACKFILLING):
-                return ready
-        elif action.kind == "cancel":
-            _cancel(run)
-        elif action.kind == "wait" and (action.rollout or {}).get("step") == Step.FAILED:
-            rollout = action.rollout or {}
-            return _converge(run, upgrade.rollout_context(ctx, rollout), rollout["targetHash"],
-                             rollout["targetConfigMap"] or ctx.names.plan_config_map(rollout["targetHash"]))
-        else:  # steady or wait: keep the workload converged on the pinned plan
-            ready = _converge(run, ctx, run.status["plan"]["hash"], run.status["plan"]["configMap"])
-            if action.kind in ("steady", "held"):  # nothing in flight: what retired versions left may go
-                cleanup.clean_up(run, ctx, cluster)
-            return ready
-    return ready
+        if ACTS[action.kind](turn, action):
+            return turn.ready
+    return turn.ready
+
+
+# -- the acts: one per action of the state machine; each returns whether the reconcile is done ----
+
+
+def _act_create(turn: Turn, action: Action) -> bool:
+    turn.ready = _create(turn.run, turn.ctx, turn.desired, turn.engines, turn.base)
+    return True
+
+
+def _act_resume(turn: Turn, action: Action) -> bool:
+    d = turn.desired
+    turn.ready = _resume(turn.run, turn.ctx, d.plan, d.hash, d.plan.to_json(), action, turn.policy)
+    if turn.run.status.get("rollout") is not None:
+        return True  # still in flight: the gate (or the next step) waits
+    turn.moved_on()
+    return False
+
+
+def _act_revert(turn: Turn, action: Action) -> bool:
+    run, ctx = turn.run, turn.ctx
+    turn.ready = upgrade.start_rollback(run, ctx, action.rollout or {}, upgrade.read_lease(run, ctx),
+                                        why_failed="", error=None, cancelled=True)
+    return run.status.get("rollout") is not None  # done unless the stable plan already runs again
+
+
+def _act_classify(turn: Turn, action: Action) -> bool:
+    run, ctx = turn.run, turn.ctx
+    if cleanup.discard_pending(run):  # a rolled-back version's leftovers go before a new rollout
+        turn.ready = _converge(run, ctx, run.status["plan"]["hash"], run.status["plan"]["configMap"])
+        cleanup.clean_up(run, ctx, turn.cluster)
+        return True
+    turn.ready = _classify(run, ctx, turn.spec, turn.cluster, turn.desired, turn.engines, turn.base,
+                           action.from_hash)
+    # an upgrade that starts takes another turn to be carried out; one that waits or is refused not
+    return run.status.get("rollout", {}).get("step") not in (Step.APPLYING, Step.BACKFILLING)
+
+
+def _act_cancel(turn: Turn, action: Action) -> bool:
+    _cancel(turn.run)
+    return False
+
+
+def _act_wait(turn: Turn, action: Action) -> bool:
+    rollout = action.rollout or {}
+    if rollout.get("step") != Step.FAILED:
+        return _act_steady(turn, action)
+    ctx = upgrade.rollout_context(turn.ctx, rollout)  # a failed rollout stays on its target
+    turn.ready = _converge(turn.run, ctx, rollout["targetHash"],
+                           rollout["targetConfigMap"] or ctx.names.plan_config_map(rollout["targetHash"]))
+    return True
+
+
+def _act_steady(turn: Turn, action: Action) -> bool:
+    """Keep the workload converged on the pinned plan; with nothing in flight, what retired versions
+    left may go."""
+    run, ctx = turn.run, turn.ctx
+    turn.ready = _converge(run, ctx, run.status["plan"]["hash"], run.status["plan"]["configMap"])
+    if action.kind in ("steady", "held"):
+        cleanup.clean_up(run, ctx, turn.cluster)
+    return True
+
+
+ACTS: dict[str, Callable[[Turn, Action], bool]] = {
+    "create": _act_create, "resume": _act_resume, "revert": _act_revert, "classify": _act_classify,
+    "cancel": _act_cancel, "wait": _act_wait, "steady": _act_steady, "held": _act_steady,
+}
 
 
 def _adopt_engine(run: QueryRun, desired: Desired, engines: Engines) -> bool:
