@@ -5,11 +5,11 @@ from __future__ import annotations
 from sqlglot import exp
 from sqlglot.tokens import TokenType
 
-from sluice.core.compiler.aggregate import plan_select
 from sluice.core.compiler.base import PlanState, Stateful, field_specs
 from sluice.core.compiler.exprs import Compiled, ExprCompiler, column_node, column_text, is_time_window
 from sluice.core.compiler.joins import plan_join
 from sluice.core.compiler.scope import Field, Relation, did_you_mean
+from sluice.core.compiler.select import plan_select
 from sluice.core.compiler.sqltext import SqlText
 from sluice.core.compiler.stars import star_fields
 from sluice.core.compiler.typerules import func_name
