@@ -17,7 +17,7 @@ import pytest
 from sluice.core import election
 from sluice.operator.kube import Kube, KubeError
 from sluice.operator.leader import LeaderElector
-from sluice.operator.reconcile import Env, Retry, Stop, delete_query, reconcile_cluster, reconcile_query
+from sluice.operator.reconcile import Retry, Stop, delete_query, reconcile_cluster, reconcile_query
 
 from tests.support.drivers import DriverSide
 from tests.support.world import (
@@ -468,36 +468,6 @@ def test_handoff_annotation_is_forwarded_to_the_lease(world: World) -> None:
     assert not w.k.writes()
 
 
-def test_a_driver_statefulset_of_an_earlier_version_goes_before_the_deployment_acts(world: World) -> None:
-    w = world
-    w.add_query()
-    reconcile_query(w.env, w.current())
-    reconcile_query(w.env, w.current())  # the first steady reconcile of this process checks once
-    labels = {"sluice.dev/query": "totals", "app.kubernetes.io/component": "driver"}
-    w.k.create({"apiVersion": "apps/v1", "kind": "StatefulSet",
-                "metadata": {"name": "totals-driver", "namespace": w.ns, "labels": labels},
-                "spec": {"replicas": 1, "serviceName": "totals-metrics", "selector": {"matchLabels": labels},
-                         "template": {"metadata": {"labels": labels}, "spec": {
-                             "containers": [{"name": "driver", "image": "sluice-runtime:old"}]}}}})
-    assert reconcile_query(w.env, w.current()) == "Starting"  # this process checked the query already
-    restarted = Env(kube=w.k, events=w.env.events, clock=w.env.clock, metrics=w.env.metrics,
-                    kafka_timeout=3.0)  # a new operator version starts
-    with pytest.raises(Retry):
-        reconcile_query(restarted, w.current())
-    assert w.reasons().count("Draining") == 1
-
-    def retired() -> bool:
-        try:
-            return reconcile_query(restarted, w.current()) == "Starting"
-        except Retry:
-            return False
-
-    eventually(retired, timeout=60, what="the old StatefulSet is gone and the reconcile goes on")
-    assert w.k.get("StatefulSet", w.ns, "totals-driver") is None
-    assert w.reasons().count("Draining") == 1
-    w.k.calls.clear()
-    reconcile_query(restarted, w.current())
-    assert not [c for c in w.k.calls if "statefulsets" in c[1]]  # checked once per process
 
 
 def test_standbys_on_a_read_write_once_pod_volume_are_refused(world: World) -> None:
@@ -651,4 +621,3 @@ def test_renewal_failure_sets_lost(lease_kube: Kube, namespace: str) -> None:
     finally:
         guard.cancel()
     assert lost.is_set()
-

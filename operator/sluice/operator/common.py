@@ -72,8 +72,6 @@ class Env:
     metrics: OperatorMetrics = field(default_factory=metrics)
     kafka_timeout: float = 10.0
     _admins: dict[str, TopicAdmin] = field(default_factory=dict)
-    #: queries (uid) checked for a driver StatefulSet of an earlier operator version
-    _legacy_checked: set[str] = field(default_factory=set)
     #: plans read from their (immutable) ConfigMaps, by (namespace, name)
     plans: dict[tuple[str, str], Plan] = field(default_factory=dict)
 

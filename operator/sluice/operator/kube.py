@@ -26,7 +26,6 @@ KINDS: dict[str, tuple[str, str]] = {
     "Secret": ("/api/v1", "secrets"),
     "Event": ("/api/v1", "events"),
     "Deployment": ("/apis/apps/v1", "deployments"),
-    "StatefulSet": ("/apis/apps/v1", "statefulsets"),  # only to retire drivers of earlier versions
     "Role": ("/apis/rbac.authorization.k8s.io/v1", "roles"),
     "RoleBinding": ("/apis/rbac.authorization.k8s.io/v1", "rolebindings"),
     "PodDisruptionBudget": ("/apis/policy/v1", "poddisruptionbudgets"),

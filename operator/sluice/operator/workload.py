@@ -6,10 +6,10 @@ from __future__ import annotations
 from typing import Any
 
 from sluice.core.status import EventReason
-from sluice.operator import builders, driverlease, legacy
+from sluice.operator import builders, driverlease
 from sluice.operator.builders.context import QueryContext
 from sluice.operator.builders.storage import owner_patch
-from sluice.operator.common import QueryRun, Retry
+from sluice.operator.common import QueryRun
 
 
 def _identity_status(ctx: QueryContext) -> dict[str, Any]:
@@ -32,14 +32,6 @@ def _ensure_plan_config_map(run: QueryRun, ctx: QueryContext, plan_hash: str, pl
 def _converge(run: QueryRun, ctx: QueryContext, plan_hash: str, config_map: str, fresh: bool = False) -> bool:
     """Create-or-converge every workload object; returns whether the active driver is ready."""
     kube = run.env.kube
-    if not fresh and ctx.uid not in run.env._legacy_checked:  # once per query and operator process
-        retired = legacy.retire_driver_statefulset(kube, ctx.namespace, ctx.names.driver)
-        if retired == "deleted":
-            run.event("Normal", EventReason.DRAINING,
-                      f"stopping the driver StatefulSet {ctx.names.driver} of an earlier operator version")
-        if retired != "gone":
-            raise Retry(f"waiting for the old driver StatefulSet {ctx.names.driver} to go", 5)
-        run.env._legacy_checked.add(ctx.uid)
     lease: dict[str, Any] | None = None
     for obj in builders.workload_objects(ctx, plan_hash, config_map):
         kind = obj["kind"]
