@@ -49,6 +49,7 @@ lint: install
 	$(BIN)/ruff check operator runtime-image devtools tests bench
 	$(BIN)/mypy
 	$(BIN)/lint-imports
+	$(BIN)/python -m sluice_dev.doclinks
 
 demo: install
 	$(BIN)/python -m sluice_dev.demo
