@@ -28,8 +28,8 @@ plan-hashes: install
 	$(BIN)/python -m sluice_dev.plan_hashes --write
 
 # the whole suite on two workers, a test file per work unit: each worker starts its own platform
-# (Kafka, control plane, node agent on a loopback range of its own), and the e2e files, sorted
-# last, run after the worker's other files; the real node's tests (tests/platform) are one unit
+# (Kafka, control plane, node agent on a loopback range of its own); the e2e files and the real
+# node's tests (tests/platform) are one work unit, which tests/conftest.py puts first
 test: install
 	$(BIN)/python -m pytest -n 2 --dist loadfile tests/unit tests/integration tests/e2e tests/platform --durations=30
 

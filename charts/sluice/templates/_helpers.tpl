@@ -80,10 +80,6 @@ namespaces, in a Role per watched namespace otherwise (rbac.yaml). */}}
 - apiGroups: ["apps"]
   resources: ["deployments"]
   verbs: ["get", "list", "watch", "create", "patch", "update", "delete"]
-# driver StatefulSets of operator versions before standby drivers are deleted once, on upgrade
-- apiGroups: ["apps"]
-  resources: ["statefulsets"]
-  verbs: ["get", "delete"]
 - apiGroups: ["policy"]
   resources: ["poddisruptionbudgets"]
   verbs: ["get", "list", "watch", "create", "patch", "update", "delete"]

@@ -1,8 +1,9 @@
 """Which step of the old plan is which step of the new plan.
 
-Step ids are numbered by the compiler in the order it meets the steps (``project-1``,
-``filter-2``): a subquery added in front of a join shifts them, and comparing steps by id would
-then compare the subquery's projection with the final one and report changes that did not happen.
+Step ids are numbered by the compiler per kind in the order it meets the steps (``filter-1``,
+``project-1``, ``project-2``): a subquery added in front of a join shifts them, and comparing steps
+by id would then compare the subquery's projection with the final one and report changes that did
+not happen.
 So steps are matched by their place in the plan:
 - the sink with the sink, a source by its source name;
 - any other step by its type and its *anchor path*: the stateful operators, unions and the sink
