@@ -10,7 +10,7 @@ External links (a scheme such as ``https:`` or ``mailto:``) are not fetched. Lin
 
 ``python -m sluice_dev.doclinks`` (from the repository root; ``make lint`` runs it) prints
 ``file:line: broken link TARGET: why`` for each problem and exits 1, else a count and 0.
-``tests/unit/test_doc_links.py`` runs the same check.
+``tests/unit/devtools/test_doc_links.py`` runs the same check.
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ Every plan the corpora compile has a recorded hash: each valid manifest of the c
 (``compile/valid/<name>``) and the old and new manifest of each pair of the upgrade corpus
 (``upgrades/<name>/old``, ``upgrades/<name>/new``). ``python -m sluice_dev.plan_hashes`` exits 1
 listing every difference; ``--write`` (``make plan-hashes``) records the current hashes.
-``tests/unit/test_plan_hashes.py`` runs the same check.
+``tests/unit/devtools/test_plan_hashes.py`` runs the same check.
 """
 
 from __future__ import annotations

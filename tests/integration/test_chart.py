@@ -1,6 +1,6 @@
 """The Helm chart: values checked by its schema, the objects it renders, and installs on a real API
 server in both RBAC modes; in namespaced mode the operator runs (a local process) under exactly
-the chart's RBAC. (Its CRDs: tests/unit/test_crd_generate.py.)"""
+the chart's RBAC. (Its CRDs: tests/unit/crd/test_crd_generate.py.)"""
 
 from __future__ import annotations
 

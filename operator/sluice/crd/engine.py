@@ -15,7 +15,7 @@ from sluice.crd.kafka import KafkaSasl, KafkaTls
 ImagePullPolicy = Literal["Always", "IfNotPresent", "Never"]
 
 #: The version of the pod template the operator's builders make of an engine. An operator whose
-#: builders change the driver pods' template bumps it (``tests/unit/test_workload_template.py``
+#: builders change the driver pods' template bumps it (``tests/unit/operator/test_workload_template.py``
 #: fails until it does): every query's engine then differs from the one pinned in its status, and
 #: the new template reaches the queries through their QueryCluster's rollout, in waves behind the
 #: health gate, never by the operator's upgrade alone.

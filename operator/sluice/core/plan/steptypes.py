@@ -6,7 +6,7 @@ checkpoint, how the lineage reads a column through it, whether steps are paired 
 the plan, what a new checkpoint costs its results, and how ``sluice plan -o text`` shows it. Two
 more parts live in the layers that act on plans, keyed by the same type: the classifier's rule
 (``sluice.core.classify.steps.RULES``) and the runtime's builder (``sluice_runtime.steps.REGISTRY``).
-``tests/unit/test_step_types.py`` derives the list of types from the plan model's ``Step`` union
+``tests/unit/core/plan/test_step_types.py`` derives the list of types from the plan model's ``Step`` union
 and fails, naming the missing piece, when a type lacks any part (descriptor, compiler, classifier
 rule, runtime builder, historical plan, corpus case).
 

@@ -9,7 +9,9 @@ from pathlib import Path
 import pytest
 from sluice_runtime import cli, connector, image_manifest, pairing, versions
 
-REPO = Path(__file__).resolve().parents[2]
+from tests.support import paths
+
+REPO = paths.REPO
 
 _KAFKA = f"spark-sql-kafka-0-10_{pairing.SCALA}"
 _TOKEN = f"spark-token-provider-kafka-0-10_{pairing.SCALA}"

@@ -5,13 +5,14 @@ from __future__ import annotations
 import json
 
 import pytest
-from classify_plans import ORDERS, agg_plan, join_plan, plan, sink, source, stateless_plan
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from sluice.core.classify import SEVERITY, classify
 from sluice.core.classify.model import DECISION_FOR
 from sluice.core.plan.model import Plan
 from sluice.core.spec import UpgradePolicy
+
+from tests.support.classify_plans import ORDERS, agg_plan, join_plan, plan, sink, source, stateless_plan
 
 
 def test_same_plan_is_none() -> None:
@@ -238,7 +239,7 @@ def test_combined_changes_most_severe_wins(names: set[str]) -> None:
 
 
 def test_output_mode_update_to_append_only_in_place_for_windowed_aggregations() -> None:
-    from upgrade_corpus import CORPUS, load
+    from tests.support.upgrade_corpus import CORPUS, load
 
     old, new = load(CORPUS / "31-output-mode.yaml").plans()  # windowed count, update -> append
     d = classify(old, new, UpgradePolicy())

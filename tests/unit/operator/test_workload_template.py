@@ -10,9 +10,10 @@ import hashlib
 import json
 from typing import Any
 
-from operator_fixtures import cluster_spec, context
 from sluice.crd.engine import WORKLOAD_TEMPLATE
 from sluice.operator.builders.driver import ENGINE_ENV, driver_deployment
+
+from tests.support.operator_fixtures import cluster_spec, context
 
 #: WORKLOAD_TEMPLATE -> sha256 of the reference driver Deployment (engine digest left out)
 DIGESTS = {1: "8d60a600b59ac8aecd72293b95294bbb5df63c1ca636525de35c7aa88259033f"}

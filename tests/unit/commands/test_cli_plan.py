@@ -9,7 +9,9 @@ import pytest
 from sluice import cli
 from sluice.cli import main
 
-REPO = Path(__file__).resolve().parents[2]
+from tests.support import paths
+
+REPO = paths.REPO
 EXAMPLE = REPO / "examples" / "revenue.yaml"
 CORPUS = REPO / "tests" / "corpus" / "compile"
 

@@ -13,7 +13,8 @@ from sluice.core.classify.runtime import runtime_changes, runtime_settings
 from sluice.core.compiler import compile_query
 from sluice.core.manifest import parse_manifest
 from sluice.core.plan.model import Plan
-from upgrade_corpus import CORPUS, load, pair_files
+
+from tests.support.upgrade_corpus import CORPUS, load, pair_files
 
 JOIN = "JOIN payments p ON o.order_id = p.order_id AND p.pts BETWEEN o.ts AND o.ts + INTERVAL 10 MINUTES"
 

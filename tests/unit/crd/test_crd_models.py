@@ -2,16 +2,16 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 import yaml
-from operator_fixtures import cluster_spec, query_spec
 from pydantic import ValidationError
 from sluice.core.spec import QuerySpec
 from sluice.crd import QueryCluster, QueryClusterSpec, StreamingQuery, StreamingQuerySpec
 
-REPO = Path(__file__).resolve().parents[2]
+from tests.support import paths
+from tests.support.operator_fixtures import cluster_spec, query_spec
+
+REPO = paths.REPO
 
 
 def test_example_manifest_parses() -> None:

@@ -7,10 +7,11 @@ from typing import Any
 
 import pytest
 import yaml
-from operator_fixtures import SQL, query_spec
 from sluice.kubectl import expect, history
 from sluice.kubectl.cli import build_parser
 from sluice.kubectl.connection import PluginError, connect, query_name
+
+from tests.support.operator_fixtures import SQL, query_spec
 
 SQL_WHERE = SQL.replace("FROM orders", "FROM orders WHERE amount > 10")
 A, B, C = "a" * 64, "b" * 64, "c" * 64

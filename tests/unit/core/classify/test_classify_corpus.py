@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 from sluice.core.classify import classify
-from upgrade_corpus import load, pair_files
+
+from tests.support.upgrade_corpus import load, pair_files
 
 CATEGORIES = {
     "none",

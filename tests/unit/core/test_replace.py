@@ -4,10 +4,8 @@ what a new checkpoint costs, the rollout it records and the inventory of version
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
-from classify_plans import agg_plan, join_plan, stateless_plan
 from sluice.core.compiler import compile_query
 from sluice.core.manifest import parse_manifest
 from sluice.core.naming import QueryIdentity
@@ -32,7 +30,10 @@ from sluice.core.rollout import (
 )
 from sluice.core.versions import dead_letter_topics, version_record, with_running
 
-CORPUS = Path(__file__).resolve().parents[1] / "corpus" / "compile" / "valid"
+from tests.support import paths
+from tests.support.classify_plans import agg_plan, join_plan, stateless_plan
+
+CORPUS = paths.CORPUS / "compile" / "valid"
 T0, T1 = "2026-01-01T00:00:00Z", "2026-01-01T01:00:00Z"
 A, B = "a" * 64, "b" * 64
 PINNED_A = {"hash": A, "version": 1, "configMap": "q-plan-aaaaaaaaaaaa"}

@@ -5,9 +5,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from classify_plans import agg_plan, join_plan
 from sluice.core.classify.backstop import CheckpointFacts, StateOperator, check, state_signature
 from sluice_runtime import backstop
+
+from tests.support.classify_plans import agg_plan, join_plan
 
 
 def test_same_plan_passes() -> None:

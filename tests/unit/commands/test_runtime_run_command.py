@@ -101,7 +101,7 @@ def test_control_plane_does_not_import_pyspark() -> None:
 def test_without_jars_the_runtime_resolves_the_connector() -> None:
     """No ``--jars``, no ``SLUICE_JARS``: the runtime lets Spark resolve the Kafka connector
     (``--resolve-connector``; the coordinates are the runtime's business, see
-    ``tests/unit/test_runtime_kafka_security.py``)."""
+    ``tests/unit/runtime/test_runtime_kafka_security.py``)."""
     base = ("q.yaml", "--bootstrap", "h:1", "--checkpoint", "/ck")
     assert "--resolve-connector" in run_cmd.runtime_command(_args(*base), "/p.json", "q", env={})
     for argv, env in (

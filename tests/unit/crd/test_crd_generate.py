@@ -12,7 +12,9 @@ from sluice.crd.generate import crd_for, generated_files, openapi_schema
 from sluice.crd.querycluster import QueryCluster
 from sluice.crd.streamingquery import StreamingQuery, StreamingQuerySpec
 
-REPO = Path(__file__).resolve().parents[2]
+from tests.support import paths
+
+REPO = paths.REPO
 
 
 def walk(node: Any, path: str = "") -> list[tuple[str, dict[str, Any]]]:

@@ -5,9 +5,10 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from operator_fixtures import MUTABLE_KINDS, cluster_spec, context, query_spec
 from sluice.core import election
 from sluice.operator import builders
+
+from tests.support.operator_fixtures import MUTABLE_KINDS, cluster_spec, context, query_spec
 
 H = "ab" * 32
 

@@ -6,12 +6,13 @@ import json
 from typing import Any
 
 import pytest
-from operator_fixtures import cluster_spec, context, query_spec
 from sluice import __version__
 from sluice.operator import builders
 from sluice.operator.builders.driver import spark_conf, termination_grace_seconds
 from sluice.operator.builders.rbac import EXECUTOR_RULES
 from sluice.operator.builders.storage import owner_patch
+
+from tests.support.operator_fixtures import cluster_spec, context, query_spec
 
 H = "ab" * 32
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import re
 import tomllib
-from pathlib import Path
 
 import pytest
 from packaging.requirements import Requirement
@@ -19,7 +18,9 @@ from packaging.utils import canonicalize_name
 from packaging.version import Version
 from sluice_dev import locks
 
-REPO = Path(__file__).resolve().parents[2]
+from tests.support import paths
+
+REPO = paths.REPO
 PROJECT = tomllib.loads((REPO / "pyproject.toml").read_text())
 #: the libraries the compiler's output depends on
 COMPILER_LIBRARIES = ("sqlglot", "pydantic")

@@ -11,7 +11,9 @@ from sluice.operator.builders.context import RUN_AS_USER, default_image
 from sluice_dev.images import bundle, spec
 from sluice_dev.platform import sparkjars
 
-REPO = Path(__file__).resolve().parents[2]
+from tests.support import paths
+
+REPO = paths.REPO
 
 
 def _fake_repo(root: Path) -> Path:

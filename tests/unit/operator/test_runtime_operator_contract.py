@@ -15,11 +15,12 @@ from collections.abc import Mapping
 from typing import Any
 
 import pytest
-from operator_fixtures import cluster_spec, context
 from sluice.operator import builders
 from sluice.operator.reconcile import _identity_status
 from sluice_runtime import cli
 from sluice_runtime.steps import BuildContext
+
+from tests.support.operator_fixtures import cluster_spec, context
 
 CA = "-----BEGIN CERTIFICATE-----\nQ0E=\n-----END CERTIFICATE-----\n"
 CERT = "-----BEGIN CERTIFICATE-----\nQ0VSVA==\n-----END CERTIFICATE-----\n"

@@ -20,7 +20,8 @@ from sluice.core.compiler import compile_query
 from sluice.core.spec import QuerySpec
 from sluice.crd.querycluster import QueryClusterSpec
 from sluice.crd.streamingquery import StreamingQuerySpec
-from upgrade_corpus import load, pair_files
+
+from tests.support.upgrade_corpus import load, pair_files
 
 MODELS = SpecModels(query=StreamingQuerySpec, cluster=QueryClusterSpec)
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 import datetime as dt
 
 import pytest
-from classify_plans import agg_plan
 from pydantic import ValidationError
 from sluice.core.cleanup import plan_cleanup, topics_to_delete
 from sluice.core.driverreport import Progress
@@ -33,6 +32,8 @@ from sluice.core.versions import (
     with_rolled_back,
     with_running,
 )
+
+from tests.support.classify_plans import agg_plan
 
 T0, T1 = "2026-01-01T00:00:00Z", "2026-01-01T01:00:00Z"
 A, B = "a" * 64, "b" * 64

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 from functools import cache
-from pathlib import Path
 
 import pytest
 from sluice.core.classify.steps import RULES
@@ -22,7 +21,9 @@ from sluice.core.plan import steptypes
 from sluice.core.plan.render import render_text
 from sluice_runtime.steps import REGISTRY as BUILDERS
 
-CORPUS = Path(__file__).resolve().parents[1] / "corpus"
+from tests.support import paths
+
+CORPUS = paths.CORPUS
 MODEL = steptypes.model_types()
 
 

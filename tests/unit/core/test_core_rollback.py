@@ -7,13 +7,14 @@ import json
 from typing import Any
 
 import pytest
-from operator_fixtures import SQL, context, query_spec
 from sluice.core import rollback
 from sluice.core.compiler import compile_query
 from sluice.core.rollback import RollbackError
 from sluice.core.spec import QuerySpec
 from sluice.crd.streamingquery import StreamingQuerySpec
 from sluice.operator import builders
+
+from tests.support.operator_fixtures import SQL, context, query_spec
 
 SQL_WHERE = SQL.replace("FROM orders", "FROM orders WHERE amount > 10")
 A, B, C = "a" * 64, "b" * 64, "c" * 64

@@ -9,12 +9,13 @@ from typing import Any
 
 import pytest
 import yaml
-from operator_fixtures import SQL, context, query_spec
 from sluice.core.compiler import compile_query
 from sluice.core.rollback import apply_merge_patch
 from sluice.kubectl import cli, connection
 from sluice.kubectl.connection import Session
 from sluice.operator import builders
+
+from tests.support.operator_fixtures import SQL, context, query_spec
 
 Out = pytest.CaptureFixture[str]
 SQL_WHERE = SQL.replace("FROM orders", "FROM orders WHERE amount > 10")

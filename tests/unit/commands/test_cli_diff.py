@@ -11,7 +11,8 @@ import pytest
 import yaml
 from sluice import cli
 from sluice.commands import diff
-from upgrade_corpus import CORPUS
+
+from tests.support.upgrade_corpus import CORPUS
 
 
 def main(argv: Sequence[str]) -> int:

@@ -11,7 +11,9 @@ from typing import Any
 import pytest
 from sluice.core.plan.model import Plan
 
-HISTORICAL = sorted((Path(__file__).resolve().parents[1] / "corpus" / "historical_plans").glob("*.json"))
+from tests.support import paths
+
+HISTORICAL = sorted((paths.CORPUS / "historical_plans").glob("*.json"))
 def _contains(new: Any, old: Any) -> bool:
     """``new`` keeps everything ``old`` stored (new optional fields may be added)."""
     if isinstance(old, dict):

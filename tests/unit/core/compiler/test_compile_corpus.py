@@ -18,7 +18,9 @@ from sluice.core.errors import CompileError, SluiceError
 from sluice.core.manifest import parse_manifest
 from sluice.core.plan.model import Plan
 
-CORPUS = Path(__file__).resolve().parents[1] / "corpus" / "compile"
+from tests.support import paths
+
+CORPUS = paths.CORPUS / "compile"
 VALID = sorted((CORPUS / "valid").glob("*.yaml"))
 INVALID = sorted((CORPUS / "invalid").glob("*.yaml"))
 
