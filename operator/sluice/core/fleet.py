@@ -95,15 +95,15 @@ def plan_wave(target: str, queries: list[QueryFleetState], max_concurrent: int,
         why = (failure[1] if failure is not None and failure[0] == first else messages.get(first)) or "failed"
         return Wave(target, "Halted", by_state["inProgress"], **common,
                     message=f"halted: {first} failed its upgrade ({why}); {done} of {total} queries are "
-                    f"on the new engine, {len(by_state['pending'])} not started. Change the QueryCluster "
-                    f"again (fix or revert it) to go on")
+                    f"on the cluster's engine, {len(by_state['pending'])} not started. Change the "
+                    f"QueryCluster again (fix or revert it) to go on")
     if not by_state["pending"] and not by_state["inProgress"]:
         refused = len(by_state["refused"])
         skipped = f"; {refused} refused it and stay on their engine" if refused else ""
         return Wave(target, "Complete", [], **common,
-                    message=f"{done} of {total} queries are on the new engine{skipped}")
+                    message=f"{done} of {total} queries are on the cluster's engine{skipped}")
     room = max(0, max_concurrent - len(by_state["inProgress"]))
     admitted = by_state["inProgress"] + by_state["pending"][:room]
     return Wave(target, "Progressing", admitted, **common,
-                message=f"{done} of {total} queries on the new engine, {len(by_state['inProgress'])} in "
-                f"progress, {len(by_state['pending'])} waiting (at most {max_concurrent} at a time)")
+                message=f"{done} of {total} queries on the cluster's engine, {len(by_state['inProgress'])} "
+                f"in progress, {len(by_state['pending'])} waiting (at most {max_concurrent} at a time)")
