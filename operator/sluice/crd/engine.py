@@ -8,6 +8,7 @@ from typing import Any, Literal
 
 from pydantic import Field
 
+from sluice.core.classify.runtime import flatten
 from sluice.core.engine import EngineFacts
 from sluice.crd.common import Resources, StatusModel
 from sluice.crd.kafka import KafkaSasl, KafkaTls
@@ -63,13 +64,4 @@ class Engine(StatusModel):
         """What the pure core compares (the engine classifier, the plan inputs, the wave planner)."""
         rest = {k: v for k, v in self.canonical().items() if k not in ("image", "sparkVersion", "sparkConf")}
         return EngineFacts(digest=self.compute_digest(), image=self.image, spark_version=self.spark_version,
-                           spark_conf=dict(self.spark_conf), workload=_leaves(rest))
-
-
-def _leaves(value: Any, path: str = "") -> dict[str, Any]:
-    if isinstance(value, dict):
-        out: dict[str, Any] = {}
-        for k, v in value.items():
-            out.update(_leaves(v, f"{path}.{k}" if path else str(k)))
-        return out
-    return {path: value}
+                           spark_conf=dict(self.spark_conf), workload=flatten(rest))

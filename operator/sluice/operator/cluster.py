@@ -16,6 +16,32 @@ from sluice.operator.kube import KubeError
 CLUSTER_REVISION = "sluice.dev/cluster-revision"
 
 
+def queries_of(env: Env, namespace: str, cluster: str) -> list[dict[str, Any]]:
+    """The StreamingQueries that refer to ``cluster`` and are not being deleted."""
+    out = []
+    for sq in env.kube.list("StreamingQuery", namespace):
+        ref = ((sq.get("spec") or {}).get("clusterRef") or {}).get("name") or DEFAULT_CLUSTER
+        if ref == cluster and not sq["metadata"].get("deletionTimestamp"):
+            out.append(sq)
+    return out
+
+
+def annotate(env: Env, query: dict[str, Any], key: str, value: str) -> bool:
+    """Set a query's annotation ``key`` to ``value`` unless it has it (the change of its metadata
+    makes the query reconcile); returns whether it wrote (a query gone meanwhile: no)."""
+    meta = query["metadata"]
+    if (meta.get("annotations") or {}).get(key) == value:
+        return False
+    try:
+        env.kube.patch("StreamingQuery", meta["namespace"], meta["name"],
+                       {"metadata": {"annotations": {key: value}}})
+    except KubeError as exc:
+        if exc.status != 404:
+            raise
+        return False
+    return True
+
+
 def poke_queries_of_cluster(env: Env, body: dict[str, Any]) -> int:
     """Annotate the cluster's queries with its revision so kopf reconciles each (one at a time).
 
@@ -23,24 +49,9 @@ def poke_queries_of_cluster(env: Env, body: dict[str, Any]) -> int:
     kopf's per-object queue, so the fan-out never races a reconcile already running.
     """
     meta = body["metadata"]
-    ns, name = meta["namespace"], meta["name"]
     revision = f"{str(meta.get('uid', ''))[:8]}-{meta.get('generation')}"
-    poked = 0
-    for sq in env.kube.list("StreamingQuery", ns):
-        ref = ((sq.get("spec") or {}).get("clusterRef") or {}).get("name") or DEFAULT_CLUSTER
-        annotations = sq["metadata"].get("annotations") or {}
-        if ref != name or annotations.get(CLUSTER_REVISION) == revision:
-            continue
-        if sq["metadata"].get("deletionTimestamp"):
-            continue
-        try:
-            env.kube.patch("StreamingQuery", ns, sq["metadata"]["name"],
-                           {"metadata": {"annotations": {CLUSTER_REVISION: revision}}})
-            poked += 1
-        except KubeError as exc:
-            if exc.status != 404:
-                raise
-    return poked
+    return sum(annotate(env, sq, CLUSTER_REVISION, revision)
+               for sq in queries_of(env, meta["namespace"], meta["name"]))
 
 
 def reconcile_cluster(env: Env, body: dict[str, Any], retry: int = 0) -> str:

@@ -19,8 +19,8 @@ from sluice.core.status import EventReason
 from sluice.crd.engine import Engine
 from sluice.crd.querycluster import QueryClusterSpec
 from sluice.operator.builders.context import default_image
-from sluice.operator.common import DEFAULT_CLUSTER, Env
-from sluice.operator.kube import KubeError
+from sluice.operator.cluster import annotate, queries_of
+from sluice.operator.common import Env
 
 log = logging.getLogger("sluice.operator")
 
@@ -54,15 +54,6 @@ def fleet_state(query: dict[str, Any]) -> QueryFleetState:
         last_engine=last.get("toEngine"), last_outcome=last.get("outcome"), last_message=why)
 
 
-def queries_of(env: Env, namespace: str, cluster: str) -> list[dict[str, Any]]:
-    out = []
-    for sq in env.kube.list("StreamingQuery", namespace):
-        ref = ((sq.get("spec") or {}).get("clusterRef") or {}).get("name") or DEFAULT_CLUSTER
-        if ref == cluster and not sq["metadata"].get("deletionTimestamp"):
-            out.append(sq)
-    return out
-
-
 def roll_fleet(env: Env, body: dict[str, Any]) -> str | None:
     """Plan the cluster's rollout now; returns its state (None when the spec is invalid)."""
     meta = body["metadata"]
@@ -84,9 +75,9 @@ def roll_fleet(env: Env, body: dict[str, Any]) -> str | None:
     if record != previous:
         env.kube.patch_status("QueryCluster", ns, name, {"rollout": record})
         _announce(env, body, wave, previous if same else {})
-    _poke(env, ns, [q for q in queries if q["metadata"]["name"] in wave.admitted], target[:12])
+    _poke(env, [q for q in queries if q["metadata"]["name"] in wave.admitted], target[:12])
     if wave.state == "Halted":  # the waiting queries say so in their status (status.engine.waiting)
-        _poke(env, ns, [q for q in queries if q["metadata"]["name"] in wave.pending], f"{target[:12]}-halted")
+        _poke(env, [q for q in queries if q["metadata"]["name"] in wave.pending], f"{target[:12]}-halted")
     return wave.state
 
 
@@ -116,14 +107,7 @@ def _announce(env: Env, body: dict[str, Any], wave: Wave, previous: dict[str, An
                    f"admitted {', '.join(wave.admitted)} to engine {wave.target[:12]}: {wave.message}")
 
 
-def _poke(env: Env, namespace: str, queries: list[dict[str, Any]], value: str) -> None:
+def _poke(env: Env, queries: list[dict[str, Any]], value: str) -> None:
     """Set the rollout annotation of ``queries`` to ``value`` (once): each reconciles at once."""
     for query in queries:
-        if (query["metadata"].get("annotations") or {}).get(ADMITTED) == value:
-            continue
-        try:
-            env.kube.patch("StreamingQuery", namespace, query["metadata"]["name"],
-                           {"metadata": {"annotations": {ADMITTED: value}}})
-        except KubeError as exc:
-            if exc.status != 404:
-                raise
+        annotate(env, query, ADMITTED, value)

@@ -133,16 +133,21 @@ def _kept(run: QueryRun, query: QuerySpec, engine: Engine, pinned: dict[str, Any
     return Desired(plan, inputs, "spec", pinning.replan_record(decision, current.hash, compiler))
 
 
+def plan_of(run: QueryRun, config_map: str | None) -> Plan | None:
+    """The plan in ``config_map`` as the API server has it now (None when the ConfigMap is gone)."""
+    text = _config_map_file(run, config_map or "", PLAN_FILE)
+    return Plan.from_json(text) if text is not None else None
+
+
 def load_plan(run: QueryRun, config_map: str) -> Plan:
     """The plan pinned in ``config_map`` (immutable: read once per operator process)."""
     key = (run.ns, config_map)
     cached = run.env.plans.get(key)
     if cached is not None:
         return cached
-    text = _config_map_file(run, config_map, PLAN_FILE)
-    if text is None:
+    plan = plan_of(run, config_map)
+    if plan is None:
         raise Retry(f"the pinned plan's ConfigMap {config_map} is missing or has no {PLAN_FILE}", 30)
-    plan = Plan.from_json(text)
     run.env.plans[key] = plan
     return plan
 

@@ -40,7 +40,7 @@ from sluice.crd.streamingquery import StreamingQuerySpec
 from sluice.operator import backfill, cleanup, upgrade
 from sluice.operator.builders.context import QueryContext
 from sluice.operator.common import QueryRun
-from sluice.operator.pinning import Desired, Engines
+from sluice.operator.pinning import Desired, Engines, plan_of
 from sluice.operator.workload import _converge, _ensure_plan_config_map, _identity_status
 
 log = logging.getLogger("sluice.operator")
@@ -197,12 +197,12 @@ def _adopt_engine(run: QueryRun, desired: Desired, engines: Engines) -> bool:
     old, new = engines.stable.compute_digest(), engines.desired.compute_digest()
     now = run.env.clock()
     same_plan = {"targetHash": desired.hash, "category": "transparent", "decision": "in-place"}
-    record = {**upgrade_record(from_hash=desired.hash, rollout=same_plan,
-                               outcome=str(Outcome.SUCCEEDED), now=now, generation=run.generation,
-                               reasons=["the query is suspended: it takes the QueryCluster's engine at once, "
-                                        "its drivers start on it when it resumes"],
-                               changes=[], from_engine=old, to_engine=new, cause="cluster"),
-              "finishedAt": now}
+    taken = upgrade_record(from_hash=desired.hash, rollout=same_plan, outcome=str(Outcome.IN_PROGRESS),
+                           now=now, generation=run.generation,
+                           reasons=["the query is suspended: it takes the QueryCluster's engine at once, its "
+                                    "drivers start on it when it resumes"],
+                           changes=[], from_engine=old, to_engine=new, cause="cluster")
+    record = finished_record(taken, Outcome.SUCCEEDED, now)
     run.write({"engine": engines.desired.record(), "lastUpgrade": record,
                "history": with_history(run.status.get("history"), record)})
     run.event("Normal", EventReason.UPGRADE_SUCCEEDED,
@@ -302,21 +302,18 @@ def _classify(run: QueryRun, ctx: QueryContext, spec: StreamingQuerySpec, cluste
     policy = spec.upgrade or cluster.upgrade
     running = run.status.get("rollout") if from_hash != pinned["hash"] else None
     from_cm_name = (running or {}).get("targetConfigMap") or pinned["configMap"]
-    old_cm = run.env.kube.get("ConfigMap", run.ns, from_cm_name)
+    old = plan_of(run, from_cm_name)
     # the engine the workload runs: a rollout that failed its gate (rollback Never) left its own
     deployed_engine = upgrade.rollout_engine(running) or Engine.model_validate(
         run.status.get("engine") or engines.stable.record()).snapshot()
     to_engine = engines.desired.compute_digest()
     engine_moves = deployed_engine.compute_digest() != to_engine
     extra = engine_changes(deployed_engine.facts(), engines.desired.facts()) if engine_moves else []
-    if old_cm is None:
+    if old is None:
         category, decision = "unsupported", "reject"
         reasons = [f"the running plan's ConfigMap {from_cm_name} is missing"]
         changes: list[str] = []
     else:
-        from sluice.core.naming import PLAN_FILE
-
-        old = Plan.from_json(old_cm["data"][PLAN_FILE])
         result = run.env.classify(old, plan, policy, extra=extra)
         category, decision = str(result.category), str(result.decision)
         reasons = [str(r) for r in result.reasons]
@@ -328,7 +325,7 @@ def _classify(run: QueryRun, ctx: QueryContext, spec: StreamingQuerySpec, cluste
     basis = upgrade.rollout_context(ctx, running) if running else ctx
     previous = None
     output_topic: str | None = None
-    if old_cm is not None and decision == "replace":
+    if old is not None and decision == "replace":
         ident = basis.identity
         previous = previous_version(version=basis.plan_version, plan=old,
                                     plan_hash=str(from_hash or pinned["hash"]),

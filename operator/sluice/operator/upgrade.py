@@ -24,8 +24,6 @@ from sluice.core.driverreport import (
 )
 from sluice.core.election import HOLDER_ENGINE, HOLDER_PLAN, LAST_TAKEOVER, LeaseRecord, Takeover, lease_name
 from sluice.core.engine import rewrites_checkpoint
-from sluice.core.naming import PLAN_FILE
-from sluice.core.plan.model import Plan
 from sluice.core.replace import PreviousVersion
 from sluice.core.rollout import (
     DISCARD,
@@ -52,6 +50,7 @@ from sluice.operator import backfill
 from sluice.operator.builders.context import QueryContext
 from sluice.operator.common import QueryRun
 from sluice.operator.driverlease import driver_selector
+from sluice.operator.pinning import plan_of
 from sluice.operator.workload import _converge, _identity_status
 
 log = logging.getLogger("sluice.operator")
@@ -225,11 +224,6 @@ def _succeeded(run: QueryRun, ctx: QueryContext, rollout: dict[str, Any], record
     return True
 
 
-def _plan_of(run: QueryRun, config_map: str | None) -> Plan | None:
-    cm = run.env.kube.get("ConfigMap", run.ns, config_map or "")
-    return Plan.from_json(cm["data"][PLAN_FILE]) if cm is not None else None
-
-
 def _versions_after_replace(run: QueryRun, ctx: QueryContext, target: QueryContext, rollout: dict[str, Any],
                             now: str) -> list[dict[str, Any]]:
     """``status.versions`` with the new version running and the one it replaced retired (recorded
@@ -237,12 +231,12 @@ def _versions_after_replace(run: QueryRun, ctx: QueryContext, target: QueryConte
     versions = list(run.status.get("versions") or [])
     stable = run.status.get("plan") or {}
     if not any(v.get("version") == ctx.plan_version for v in versions):
-        old = _plan_of(run, stable.get("configMap"))
+        old = plan_of(run, stable.get("configMap"))
         if old is not None:
             versions.append(version_record(ctx.identity, old, stable["hash"], stable["configMap"],
                                            str(run.status.get("lastUpgrade", {}).get("startedAt") or now),
                                            output_topic=ctx.output_topic))
-    new = _plan_of(run, rollout.get("targetConfigMap"))
+    new = plan_of(run, rollout.get("targetConfigMap"))
     if new is None:
         return versions
     return with_running(versions, version_record(target.identity, new, rollout["targetHash"],
@@ -256,7 +250,7 @@ def _versions_after_rollback(run: QueryRun, ctx: QueryContext, rollout: dict[str
     removed at once by the clean-up), or None for an in-place rollout."""
     if not is_replace(rollout):
         return None
-    new = _plan_of(run, rollout.get("targetConfigMap"))
+    new = plan_of(run, rollout.get("targetConfigMap"))
     if new is None:
         return None
     target = rollout_context(ctx, rollout)
@@ -346,8 +340,8 @@ def _back_is_in_place(run: QueryRun, ctx: QueryContext, rollout: dict[str, Any])
     """The classifier's word on going from the target plan back to the stable one."""
     if rollout.get("targetHash") == (run.status.get("plan") or {}).get("hash"):
         return True  # the same plan: an engine change only
-    new = _plan_of(run, rollout.get("targetConfigMap"))
-    old = _plan_of(run, (run.status.get("plan") or {}).get("configMap"))
+    new = plan_of(run, rollout.get("targetConfigMap"))
+    old = plan_of(run, (run.status.get("plan") or {}).get("configMap"))
     if new is None or old is None:
         return False
     result = run.env.classify(new, old, ctx.spec.upgrade or ctx.cluster.upgrade)

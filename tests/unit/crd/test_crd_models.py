@@ -121,3 +121,17 @@ def test_standby_replicas_schema_bounds_and_override() -> None:
         assert (prop["minimum"], prop["maximum"], prop["type"]) == (0, 3, "integer")
     assert StreamingQuerySpec.model_validate(query_spec()).standby_replicas is None  # cluster default
     assert StreamingQuerySpec.model_validate(query_spec(standbyReplicas=0)).standby_replicas == 0
+
+
+def test_the_webhook_knows_every_engine_field_of_a_querycluster() -> None:
+    """``sluice.core.admission.ENGINE_FIELDS`` (what the webhook warns about) names the QueryCluster
+    fields the engine snapshot (``sluice.crd.engine.Engine``) is made of: one list per layer, kept
+    equal here."""
+    from sluice.core.admission import ENGINE_FIELDS
+    from sluice.crd.engine import Engine
+
+    kafka = {"kafka_bootstrap_servers": "kafka.bootstrapServers", "kafka_tls": "kafka.tls",
+             "kafka_sasl": "kafka.sasl"}
+    snapshot = {kafka.get(name, Engine.model_fields[name].alias or name) for name in Engine.model_fields
+                if name != "template"}  # the operator's pod template version: no QueryCluster field
+    assert snapshot == set(ENGINE_FIELDS)

@@ -49,6 +49,13 @@ def _leaves(value: Any, path: str, out: dict[str, Any]) -> None:
         out[path] = value
 
 
+def flatten(value: Mapping[str, Any]) -> dict[str, Any]:
+    """Nested mappings as ``path.to.leaf -> value`` (camelCase keys; empty and null leaves left out)."""
+    flat: dict[str, Any] = {}
+    _leaves(value, "", flat)
+    return {path.lstrip("."): leaf for path, leaf in flat.items()}
+
+
 def runtime_settings(spec: Mapping[str, Any] | None) -> dict[str, Any]:
     """The runtime-relevant fields of a StreamingQuery spec outside the plan, flattened.
 
@@ -58,10 +65,7 @@ def runtime_settings(spec: Mapping[str, Any] | None) -> dict[str, Any]:
     out: dict[str, Any] = {}
     if not spec:
         return out
-    flat: dict[str, Any] = {}
-    _leaves(spec, "", flat)
-    for path, value in flat.items():
-        path = path.lstrip(".")
+    for path, value in flatten(spec).items():
         if any(path == f or path.startswith(f + ".") for f in RUNTIME_FIELDS):
             out[path] = value
     return out
