@@ -36,6 +36,7 @@ from sluice.core.errors import CompileError
 from sluice.core.manifest import validation_problems
 from sluice.core.naming import QueryIdentity
 from sluice.core.plan.model import Plan
+from sluice.core.records import QueryRecords
 from sluice.core.replace import backfill_output_topic, state_reset_note
 from sluice.core.rollout import BACKFILL, REVERTIBLE, Step
 from sluice.core.spec import QuerySpec, UpgradePolicy
@@ -124,18 +125,16 @@ def basis(obj: Mapping[str, Any]) -> Basis | None:
     """The plan the operator classifies an edit of ``obj`` against (None without a pinned plan): the
     pinned plan; the target of a rollout that failed and stayed there (``rollback: Never``); while
     an upgrade is in flight (Backfilling, Applying, Verifying), its target, provisionally."""
-    status = obj.get("status") or {}
-    pinned, rollout = status.get("plan"), status.get("rollout") or {}
-    if not pinned or not pinned.get("hash"):
+    records = QueryRecords.of(obj.get("status"))
+    pinned, rollout = records.plan, records.rollout
+    if pinned is None:
         return None
-    step = rollout.get("step")
-    if rollout.get("targetHash") and (step == Step.FAILED or step in REVERTIBLE):
-        return Basis(hash=str(rollout["targetHash"]),
-                     config_map=str(rollout.get("targetConfigMap") or pinned.get("configMap")),
-                     version=int(rollout.get("targetPlanVersion") or pinned.get("version") or 1),
-                     output_topic=rollout.get("outputTopic") or None, provisional=step != Step.FAILED)
-    return Basis(hash=str(pinned["hash"]), config_map=str(pinned.get("configMap")),
-                 version=int(pinned.get("version") or 1), output_topic=pinned.get("outputTopic") or None)
+    if rollout is not None and (rollout.step == Step.FAILED or rollout.step in REVERTIBLE):
+        return Basis(hash=rollout.target_hash, config_map=rollout.target_config_map or pinned.config_map,
+                     version=rollout.target_plan_version, output_topic=rollout.output_topic or None,
+                     provisional=rollout.step != Step.FAILED)
+    return Basis(hash=pinned.hash, config_map=pinned.config_map, version=pinned.version,
+                 output_topic=pinned.output_topic or None)
 
 
 def running_config_map(obj: Mapping[str, Any]) -> str | None:
@@ -235,11 +234,12 @@ def _cluster_policy(cluster_upgrade: Mapping[str, Any] | UpgradePolicy | None) -
 def _upgrade(plan: Plan, new_hash: str, status: Mapping[str, Any], meta: Mapping[str, Any],
              policy: UpgradePolicy, running_plan: RunningPlan | None, unavailable: str | None,
              warnings: list[str]) -> Verdict:
-    pinned, rollout = status["plan"], status.get("rollout") or {}
-    step = rollout.get("step")
+    records = QueryRecords.of(status)
+    pinned, rollout = records.plan, records.rollout
+    step = rollout.step if rollout is not None else None
     base = basis({"status": status})
-    assert base is not None
-    if step in REVERTIBLE and new_hash == pinned.get("hash") != rollout.get("targetHash"):
+    assert base is not None and pinned is not None
+    if rollout is not None and step in REVERTIBLE and new_hash == pinned.hash != rollout.target_hash:
         return allow(*warnings, f"the spec is back at the running plan {new_hash[:12]}: the upgrade in "
                      f"flight ({step}, to plan {base.hash[:12]}) is rolled back (Cancelled)")
     if new_hash == base.hash:

@@ -31,9 +31,9 @@ import hashlib
 import json
 import posixpath
 from dataclasses import dataclass
-from typing import Any
 
 from sluice.core.gate import parse_time
+from sluice.core.records import VersionRecord
 from sluice.core.spec import CleanupPolicy
 from sluice.core.versions import RETIRED, ROLLED_BACK, RUNNING
 
@@ -45,47 +45,47 @@ CLEANUP_DONE = "sluice.dev/cleanup-done"
 class CleanupPlan:
     """What the clean-up does now."""
 
-    due: list[dict[str, Any]]  # versions to clean up now, oldest first
-    kept: list[dict[str, Any]]  # the running version and the retained retired ones
+    due: list[VersionRecord]  # versions to clean up now, oldest first
+    kept: list[VersionRecord]  # the running version and the retained retired ones
     next_due: dt.datetime | None  # when the next retired version becomes due (None: never)
 
 
-def plan_cleanup(versions: list[dict[str, Any]] | None, policy: CleanupPolicy,
+def plan_cleanup(versions: list[VersionRecord] | None, policy: CleanupPolicy,
                  now: dt.datetime) -> CleanupPlan:
     """Which versions are due at ``now``, which are kept, and when the next one falls due."""
-    items = sorted(versions or [], key=lambda v: -int(v.get("version") or 0))
-    running = [v for v in items if v.get("state") == RUNNING]
-    retired = [v for v in items if v.get("state") == RETIRED]
+    items = sorted(versions or [], key=lambda v: -v.version)
+    running = [v for v in items if v.state == RUNNING]
+    retired = [v for v in items if v.state == RETIRED]
     kept = running + retired[:policy.retain_versions]
-    due: list[dict[str, Any]] = [v for v in items if v.get("state") == ROLLED_BACK]
+    due = [v for v in items if v.state == ROLLED_BACK]
     next_due: dt.datetime | None = None
     for item in retired[policy.retain_versions:]:
-        since = parse_time(item.get("retiredAt")) or now
+        since = parse_time(item.retired_at) or now
         when = since + dt.timedelta(seconds=policy.retention_seconds)
         if when <= now:
             due.append(item)
         elif next_due is None or when < next_due:
             next_due = when
-    due.sort(key=lambda v: int(v.get("version") or 0))
+    due.sort(key=lambda v: v.version)
     return CleanupPlan(due=due, kept=kept, next_due=next_due)
 
 
-def topics_to_delete(due: dict[str, Any], kept: list[dict[str, Any]], policy: CleanupPolicy) -> list[str]:
+def topics_to_delete(due: VersionRecord, kept: list[VersionRecord], policy: CleanupPolicy) -> list[str]:
     """A due version's output and dead-letter topics no kept version uses (with ``AfterRetention``)."""
-    if policy.delete_topics != "AfterRetention" and due.get("state") != ROLLED_BACK:
+    if policy.delete_topics != "AfterRetention" and due.state != ROLLED_BACK:
         return []
-    used = {t for v in kept for t in [v.get("outputTopic"), *(v.get("deadLetterTopics") or [])] if t}
-    mine = [due.get("outputTopic"), *(due.get("deadLetterTopics") or [])]
+    used = {t for v in kept for t in [v.output_topic, *v.dead_letter_topics] if t}
+    mine = [due.output_topic, *due.dead_letter_topics]
     return sorted({t for t in mine if t and t not in used})
 
 
-def groups_to_delete(due: dict[str, Any], existing: list[str], kept: list[dict[str, Any]]) -> list[str]:
+def groups_to_delete(due: VersionRecord, existing: list[str], kept: list[VersionRecord]) -> list[str]:
     """Of the broker's ``existing`` groups, the due version's consumer group and those under it
     (``<group>.…``: its exactly-once markers), never a kept version's."""
-    group = str(due.get("consumerGroup") or "")
+    group = due.consumer_group
     if not group:
         return []
-    kept_groups = {str(v.get("consumerGroup")) for v in kept if v.get("consumerGroup")}
+    kept_groups = {v.consumer_group for v in kept if v.consumer_group}
     out = []
     for name in existing:
         if name != group and not name.startswith(group + "."):

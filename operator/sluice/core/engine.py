@@ -26,6 +26,7 @@ from sluice.core import sparkversion
 from sluice.core.classify.common import TRANSPARENT, fmt
 from sluice.core.classify.model import Change, change
 from sluice.core.plan import meaning
+from sluice.core.records import PlanInputs
 from sluice.core.spec import QuerySpec
 
 
@@ -44,23 +45,6 @@ class EngineFacts:
     def plan_conf(self) -> dict[str, str]:
         """The Spark settings that enter plans."""
         return {k: v for k, v in self.spark_conf.items() if meaning.is_pinned(k)}
-
-
-@dataclass(frozen=True)
-class PlanInputs:
-    """Digests of what a plan was compiled from: the query part of the spec, and the engine."""
-
-    query: str
-    engine: str
-
-    def to_dict(self) -> dict[str, str]:
-        return {"query": self.query, "engine": self.engine}
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any] | None) -> PlanInputs | None:
-        if not data or not data.get("query") or not data.get("engine"):
-            return None
-        return cls(query=str(data["query"]), engine=str(data["engine"]))
 
 
 def _digest(data: Any) -> str:

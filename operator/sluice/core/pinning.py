@@ -11,9 +11,8 @@ gated, rolled back on failure.
 
 from __future__ import annotations
 
-from typing import Any
-
 from sluice.core.classify.model import UpgradeDecision
+from sluice.core.records import Replan
 
 #: StreamingQuery annotation: the hash (or its first 12 or more characters) of the re-plan accepted
 REPLAN_ANNOTATION = "sluice.dev/replan"
@@ -27,27 +26,22 @@ def accepts(annotation: str | None, plan_hash: str) -> bool:
     return len(value) >= MIN_ACCEPT_PREFIX and plan_hash.startswith(value)
 
 
-def replan_record(decision: UpgradeDecision, plan_hash: str, compiler: str) -> dict[str, Any]:
+def replan_record(decision: UpgradeDecision, plan_hash: str, compiler: str) -> Replan:
     """``status.plan.replan``: what carrying out the re-plan to ``plan_hash`` would do."""
     reasons = [str(r) for r in decision.reasons]
     what = {"none": "nothing would change", "in-place": "it would be carried out in place",
             "replace": "it needs a replace (a new checkpoint)",
             "reject": "it would be refused"}.get(decision.decision, decision.decision)
-    return {
-        "hash": plan_hash,
-        "category": str(decision.category),
-        "decision": str(decision.decision),
-        "reasons": reasons[:5],
-        "compiler": compiler,
-        "message": (f"operator {compiler} plans this spec differently ({decision.category}: {what}); the "
-                    f"running plan stays pinned. Accept with: kubectl sluice replan (annotation "
-                    f"{REPLAN_ANNOTATION}={plan_hash[:MIN_ACCEPT_PREFIX]})"),
-    }
+    return Replan(
+        hash=plan_hash, category=str(decision.category), decision=str(decision.decision), reasons=reasons[:5],
+        compiler=compiler,
+        message=(f"operator {compiler} plans this spec differently ({decision.category}: {what}); the "
+                 f"running plan stays pinned. Accept with: kubectl sluice replan (annotation "
+                 f"{REPLAN_ANNOTATION}={plan_hash[:MIN_ACCEPT_PREFIX]})"))
 
 
-def refused_record(message: str, compiler: str) -> dict[str, Any]:
+def refused_record(message: str, compiler: str) -> Replan:
     """``status.plan.replan`` when this operator's compiler refuses a spec an earlier one compiled."""
-    return {"hash": "", "category": "unsupported", "decision": "reject", "reasons": [message],
-            "compiler": compiler,
-            "message": f"operator {compiler} does not compile this spec ({message}); the running plan stays "
-                       f"pinned and runs on"}
+    return Replan(hash="", category="unsupported", decision="reject", reasons=[message], compiler=compiler,
+                  message=f"operator {compiler} does not compile this spec ({message}); the running plan "
+                  f"stays pinned and runs on")

@@ -29,6 +29,7 @@ from pydantic import BaseModel, ValidationError
 
 from sluice.core.manifest import validation_problems
 from sluice.core.naming import SPEC_FILE
+from sluice.core.records import QueryRecords
 from sluice.core.rollout import REVERTIBLE, WAITING, Step
 from sluice.core.spec import QuerySpec
 from sluice.core.status import merge_patch
@@ -63,26 +64,30 @@ def query_fields() -> tuple[str, ...]:
     return tuple(info.alias or name for name, info in QuerySpec.model_fields.items())
 
 
-def known_hashes(status: Mapping[str, Any]) -> list[str]:
+def known_hashes(records: QueryRecords) -> list[str]:
     """Every plan hash the status names (pinned, rollout, last upgrade, history, versions)."""
+    named: list[str | None] = []
+    if records.plan is not None:
+        named.append(records.plan.hash)
+    if records.rollout is not None:
+        named += [records.rollout.from_hash, records.rollout.target_hash]
+    for upgrade in [*([records.last_upgrade] if records.last_upgrade else []), *records.history]:
+        named += [upgrade.from_hash, upgrade.to_hash]
+    named += [v.plan_hash for v in records.versions]
     found: list[str] = []
-    records = [status.get("plan") or {}, status.get("rollout") or {}, status.get("lastUpgrade") or {},
-               *(status.get("history") or []), *(status.get("versions") or [])]
-    for record in records:
-        for key in ("hash", "fromHash", "toHash", "targetHash", "planHash"):
-            value = record.get(key)
-            if value and value not in found:
-                found.append(str(value))
+    for value in named:
+        if value and value not in found:
+            found.append(value)
     return found
 
 
-def resolve_hash(text: str, status: Mapping[str, Any]) -> str:
+def resolve_hash(text: str, records: QueryRecords) -> str:
     """The plan hash ``text`` names: a unique prefix of a hash the status names, or any hash of 12
     hexadecimal characters or more (its ConfigMap is found by the first 12)."""
     prefix = text.strip().lower()
     if not re.fullmatch(r"[0-9a-f]{4,64}", prefix):
         raise RollbackError(f"--to {text!r}: expected a plan hash (hexadecimal, at least 4 characters)")
-    matches = [h for h in known_hashes(status) if h.startswith(prefix)]
+    matches = [h for h in known_hashes(records) if h.startswith(prefix)]
     if len(matches) == 1:
         return matches[0]
     if len(matches) > 1:
@@ -94,29 +99,27 @@ def resolve_hash(text: str, status: Mapping[str, Any]) -> str:
                         f"or more to look for its ConfigMap anyway")
 
 
-def choose_target(status: Mapping[str, Any], to: str | None = None) -> tuple[str, str]:
+def choose_target(records: QueryRecords, to: str | None = None) -> tuple[str, str]:
     """The plan to return to, and why that one."""
     if to:
-        return resolve_hash(to, status), "as asked with --to"
-    rollout = status.get("rollout") or {}
-    if rollout.get("step") in UNDONE_STEPS and rollout.get("fromHash"):
-        return str(rollout["fromHash"]), (f"the plan that ran when the upgrade now {rollout['step']} began "
-                                          f"(to plan {short(rollout.get('targetHash'))})")
-    history = status.get("history") or []
-    if not history:
+        return resolve_hash(to, records), "as asked with --to"
+    rollout = records.rollout
+    if rollout is not None and rollout.step in UNDONE_STEPS and rollout.from_hash:
+        return rollout.from_hash, (f"the plan that ran when the upgrade now {rollout.step} began "
+                                   f"(to plan {short(rollout.target_hash)})")
+    if not records.history:
         raise RollbackError("no upgrade history (status.history is empty): there is no previous plan to roll "
                             "back to")
-    newest = history[0]
-    if not newest.get("fromHash"):
+    newest = records.history[0]
+    if not newest.from_hash:
         raise RollbackError("the newest upgrade in status.history names no plan it came from")
-    return str(newest["fromHash"]), (f"the plan before the newest upgrade: {newest.get('time')}, "
-                                     f"{short(newest.get('fromHash'))} → {short(newest.get('toHash'))}, "
-                                     f"{newest.get('outcome')}")
+    return newest.from_hash, (f"the plan before the newest upgrade: {newest.time}, "
+                              f"{short(newest.from_hash)} → {short(newest.to_hash)}, {newest.outcome}")
 
 
-def missing_config_map(target: str, config_map: str, status: Mapping[str, Any], query: str) -> str:
+def missing_config_map(target: str, config_map: str, records: QueryRecords, query: str) -> str:
     """Why no ConfigMap of plan ``target`` (named ``config_map``) was found."""
-    if target in known_hashes(status):
+    if target in known_hashes(records):
         return (f"the ConfigMap of plan {short(target)} ({config_map}) is gone: the clean-up of retired "
                 f"versions removes plan ConfigMaps that no kept version needs (spec.cleanup), and the query "
                 f"spec of that plan was kept nowhere else")

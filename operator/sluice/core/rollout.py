@@ -30,6 +30,15 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, Literal
 
+from sluice.core.records import (
+    PinnedPlan,
+    PreviousVersion,
+    RollbackInfo,
+    Rollout,
+    UpgradeError,
+    UpgradeRecord,
+)
+
 
 class Step(StrEnum):
     DEPLOYING = "Deploying"
@@ -73,46 +82,48 @@ HISTORY_LENGTH = 10
 @dataclass(frozen=True)
 class Action:
     kind: ActionKind
-    rollout: dict[str, Any] | None = None
+    rollout: Rollout | None = None
     from_hash: str | None = None  # classify: the plan that runs
 
 
-def deployed_hash(pinned: dict[str, Any] | None, rollout: dict[str, Any] | None) -> str | None:
+def deployed_hash(pinned: PinnedPlan | None, rollout: Rollout | None) -> str | None:
     """The plan the driver workload is on when no rollout is in flight."""
-    if rollout is not None and rollout.get("step") == Step.FAILED:
-        return str(rollout.get("targetHash"))
-    return (pinned or {}).get("hash")
+    if rollout is not None and rollout.step == Step.FAILED:
+        return rollout.target_hash
+    return pinned.hash if pinned is not None else None
 
 
-def target_engine(rollout: dict[str, Any] | None, pinned_engine: str | None) -> str | None:
+def target_engine(rollout: Rollout | None, pinned_engine: str | None) -> str | None:
     """The engine (digest) a rollout puts the workload on: its own target engine when it changes the
     engine, else the pinned one."""
-    return str(((rollout or {}).get("targetEngine") or {}).get("digest") or "") or pinned_engine
+    moved = rollout.target_engine.digest if rollout is not None and rollout.target_engine else ""
+    return moved or pinned_engine
 
 
-def held_back(last_upgrade: dict[str, Any] | None, compiled_hash: str, generation: int | None,
+def held_back(last: UpgradeRecord | None, compiled_hash: str, generation: int | None,
               engine: str | None = None) -> bool:
     """Whether the spec still asks for a plan (on ``engine``) whose upgrade was rolled back at this
     generation: it is not tried again until the spec is edited (any edit, ``restartNonce``
     included) or, for an engine, until the QueryCluster names another one."""
-    last = last_upgrade or {}
-    same_engine = engine is None or not last.get("toEngine") or last.get("toEngine") == engine
-    return bool(last_upgrade) and last.get("toHash") == compiled_hash and same_engine and (
-        last.get("outcome") == Outcome.ROLLED_BACK and last.get("generation") == generation)
+    if last is None:
+        return False
+    same_engine = engine is None or not last.to_engine or last.to_engine == engine
+    return (last.to_hash == compiled_hash and same_engine and last.outcome == Outcome.ROLLED_BACK
+            and last.generation == generation)
 
 
-def next_action(pinned: dict[str, Any] | None, rollout: dict[str, Any] | None, compiled_hash: str,
-                last_upgrade: dict[str, Any] | None = None, generation: int | None = None, *,
+def next_action(pinned: PinnedPlan | None, rollout: Rollout | None, compiled_hash: str,
+                last_upgrade: UpgradeRecord | None = None, generation: int | None = None, *,
                 engine: str | None = None, pinned_engine: str | None = None) -> Action:
     """What the reconcile does next, from the status (pinned plan and engine, rollout, last upgrade),
     the plan the spec asks for, the engine the QueryCluster gives the query now (``engine``: None
     compares plans only) and the spec's generation."""
     engine = engine or pinned_engine
     desired = (compiled_hash, engine)
-    stable = ((pinned or {}).get("hash"), pinned_engine)
-    step = (rollout or {}).get("step")
+    stable = (pinned.hash if pinned is not None else None, pinned_engine)
+    step = rollout.step if rollout is not None else None
     if rollout is not None and step in IN_FLIGHT:
-        target = (rollout.get("targetHash"), target_engine(rollout, pinned_engine))
+        target = (rollout.target_hash, target_engine(rollout, pinned_engine))
         # what the rollout moves (the plan, the engine) is no longer asked for: it is cancelled (a
         # change still asked for, the other one, is classified once the stable plan runs again)
         obsolete = any(t != s and d == s for t, s, d in zip(target, stable, desired, strict=True))
@@ -129,7 +140,7 @@ def next_action(pinned: dict[str, Any] | None, rollout: dict[str, Any] | None, c
         if rollout is not None:
             return Action("cancel", rollout)
         return Action("steady")
-    if (rollout is not None and step in WAITING and rollout.get("targetHash") == compiled_hash
+    if (rollout is not None and step in WAITING and rollout.target_hash == compiled_hash
             and target_engine(rollout, pinned_engine) == engine):
         return Action("wait", rollout)
     if rollout is None and held_back(last_upgrade, compiled_hash, generation, engine):
@@ -151,12 +162,12 @@ BACKFILL = "backfill"
 REPLACE = "replace"
 
 
-def is_replace(rollout: dict[str, Any] | None) -> bool:
-    return bool(rollout) and (rollout or {}).get("strategy") == REPLACE
+def is_replace(rollout: Rollout | None) -> bool:
+    return rollout is not None and rollout.strategy == REPLACE
 
 
-def is_backfill(rollout: dict[str, Any] | None) -> bool:
-    return is_replace(rollout) and (rollout or {}).get("replaceStrategy") == BACKFILL
+def is_backfill(rollout: Rollout | None) -> bool:
+    return is_replace(rollout) and rollout is not None and rollout.replace_strategy == BACKFILL
 
 
 def new_rollout(
@@ -172,23 +183,14 @@ def new_rollout(
     message: str = "",
     from_hash: str | None = None,
     rollout_id: str | None = None,
-) -> dict[str, Any]:
-    return {
-        "id": rollout_id or f"{now}/{target_hash[:12]}",
-        "fromHash": from_hash,
-        "targetHash": target_hash,
-        "targetPlanVersion": target_plan_version,
-        "targetConfigMap": target_config_map,
-        "category": category,
-        "decision": decision,
-        "strategy": strategy,
-        "step": str(step),
-        "started": now,
-        "message": message,
-    }
+) -> Rollout:
+    return Rollout(id=rollout_id or f"{now}/{target_hash[:12]}", from_hash=from_hash, target_hash=target_hash,
+                   target_plan_version=target_plan_version, target_config_map=target_config_map,
+                   category=category, decision=decision, strategy=strategy, step=str(step), started=now,
+                   message=message)
 
 
-def creation_rollout(target_hash: str, config_map: str, now: str) -> dict[str, Any]:
+def creation_rollout(target_hash: str, config_map: str, now: str) -> Rollout:
     return new_rollout(
         step=Step.DEPLOYING, target_hash=target_hash, target_plan_version=1, target_config_map=config_map,
         category="initial", decision="create", strategy="create", now=now,
@@ -198,7 +200,7 @@ def creation_rollout(target_hash: str, config_map: str, now: str) -> dict[str, A
 
 def classified_rollout(
     *,
-    pinned: dict[str, Any],
+    pinned: PinnedPlan,
     target_hash: str,
     target_config_map: str,
     category: str,
@@ -207,42 +209,42 @@ def classified_rollout(
     now: str,
     from_hash: str | None = None,
     replace_strategy: str = HAND_OFF,
-    previous: dict[str, Any] | None = None,
+    previous: PreviousVersion | None = None,
     replace_note: str = "",
     output_topic: str | None = None,
     backfill_from: str | None = None,
     max_lag_records: int | None = None,
-) -> dict[str, Any]:
+) -> Rollout:
     """The rollout recorded after classifying an edit (before acting on it).
 
-    A replace also records the version it starts after (``previous``, see
-    :class:`sluice.core.replace.PreviousVersion`), what the new checkpoint costs (``replace_note``)
-    and the topic the new version writes (``output_topic``, when it is not the plan's sink topic:
-    a backfill's versioned topic, or the one a version before it was moved to). A backfill also
-    records where it starts reading (``backfill_from``: earliest when None) and the lag under which
-    it takes over (``max_lag_records``)."""
-    version = int(pinned.get("version") or 1)
+    A replace also records the version it starts after (``previous``), what the new checkpoint
+    costs (``replace_note``) and the topic the new version writes (``output_topic``, when it is not
+    the plan's sink topic: a backfill's versioned topic, or the one a version before it was moved
+    to). A backfill also records where it starts reading (``backfill_from``: earliest when None) and
+    the lag under which it takes over (``max_lag_records``)."""
+    version = pinned.version
     common: dict[str, Any] = {"target_hash": target_hash, "target_config_map": target_config_map,
-              "category": category,
-              "decision": decision, "now": now, "from_hash": from_hash or pinned.get("hash")}
+                              "category": category, "decision": decision, "now": now,
+                              "from_hash": from_hash or pinned.hash}
     if decision == "replace" and allow_replace and replace_strategy == HAND_OFF and previous is not None:
         out = new_rollout(step=Step.APPLYING, target_plan_version=version + 1, strategy=REPLACE,
                           message=f"replace with hand-off: plan version {version + 1} starts on a new "
                           f"checkpoint where version {version}'s output ends, same output topic"
                           + (f"; {replace_note}" if replace_note else ""), **common)
-        return {**out, "replaceStrategy": HAND_OFF, "previous": previous,
-                **({"outputTopic": output_topic} if output_topic else {})}
+        return out.model_copy(update={"replace_strategy": HAND_OFF, "previous": previous,
+                                      "output_topic": output_topic or None})
     if decision == "replace" and allow_replace and replace_strategy == BACKFILL and previous is not None:
-        topic = output_topic or str(previous.get("sinkTopic"))
+        topic = output_topic or previous.sink_topic
         start = f"from {backfill_from}" if backfill_from else "from the earliest offsets"
         out = new_rollout(step=Step.BACKFILLING, target_plan_version=version + 1, strategy=REPLACE,
                           message=f"replace with backfill: plan version {version + 1} re-reads its sources "
                           f"{start} on a new checkpoint into topic {topic!r}, beside version {version}, "
-                          f"which serves {previous.get('sinkTopic')!r} until version {version + 1} passed "
+                          f"which serves {previous.sink_topic!r} until version {version + 1} passed "
                           f"its gate and is at most {max_lag_records} records behind"
                           + (f"; {replace_note}" if replace_note else ""), **common)
-        return {**out, "replaceStrategy": BACKFILL, "previous": previous, "outputTopic": topic,
-                "backfillFrom": backfill_from or "earliest", "maxLagRecords": int(max_lag_records or 0)}
+        return out.model_copy(update={"replace_strategy": BACKFILL, "previous": previous,
+                                      "output_topic": topic, "backfill_from": backfill_from or "earliest",
+                                      "max_lag_records": int(max_lag_records or 0)})
     if executes_automatically(category, decision):
         return new_rollout(step=Step.APPLYING, target_plan_version=version, strategy="in-place",
                            message="starting a driver on the new plan (same checkpoint), then handing off",
@@ -259,20 +261,27 @@ def classified_rollout(
            else f"waiting: a {decision} upgrade is not carried out automatically")
     out = new_rollout(step=Step.AWAITING_UPGRADE, target_plan_version=next_version, strategy=decision,
                       message=why, **common)
-    return {**out, "replaceStrategy": replace_strategy} if decision == "replace" else out
+    return out.model_copy(update={"replace_strategy": replace_strategy}) if decision == "replace" else out
 
 
-def caught_up(rollout: dict[str, Any], *, now: str, lag: int) -> dict[str, Any]:
+def with_message(rollout: Rollout, message: str) -> Rollout:
+    """The rollout with what it does or waits for now."""
+    return rollout.model_copy(update={"message": message})
+
+
+def caught_up(rollout: Rollout, *, now: str, lag: int) -> Rollout:
     """A backfill passed its gate and caught up: switch the drivers to the new version."""
-    return {**rollout, "step": str(Step.APPLYING), "caughtUp": now,
-            "message": f"the backfill caught up ({lag} records behind): stopping it and switching the "
-            f"drivers to plan version {rollout.get('targetPlanVersion')}"}
+    return rollout.model_copy(update={
+        "step": str(Step.APPLYING), "caught_up": now,
+        "message": f"the backfill caught up ({lag} records behind): stopping it and switching the drivers to "
+        f"plan version {rollout.target_plan_version}"})
 
 
-def verifying(rollout: dict[str, Any], *, now: str, start_epoch: int) -> dict[str, Any]:
+def verifying(rollout: Rollout, *, now: str, start_epoch: int) -> Rollout:
     """The workload is on the target plan: the gate starts now, for Lease terms after ``start_epoch``."""
-    return {**rollout, "step": str(Step.VERIFYING), "gateStarted": now, "startEpoch": start_epoch,
-            "message": "waiting for the driver on the new plan to take over and commit batches"}
+    return rollout.model_copy(update={
+        "step": str(Step.VERIFYING), "gate_started": now, "start_epoch": start_epoch,
+        "message": "waiting for the driver on the new plan to take over and commit batches"})
 
 
 def rollback_mode(*, back_is_in_place: bool, target_ran: bool, backstop_epoch: int | None,
@@ -299,50 +308,43 @@ def rollback_mode(*, back_is_in_place: bool, target_ran: bool, backstop_epoch: i
     return RESTORE, f"going back is not in-place: restoring the checkpoint snapshot (epoch {backstop_epoch})"
 
 
-def rolling_back(rollout: dict[str, Any], *, now: str, start_epoch: int, mode: str, why: str,
-                 error: dict[str, Any] | None, cancelled: bool = False,
-                 backstop_epoch: int | None = None) -> dict[str, Any]:
-    out = {**rollout, "step": str(Step.ROLLING_BACK),
-           "rollback": {"mode": mode, "reason": why, "started": now, "startEpoch": start_epoch,
-                        "cancelled": cancelled,
-                        **({"restoreEpoch": backstop_epoch} if mode == RESTORE else {})},
-           "message": ("the spec is back at the running plan: " if cancelled else "rolling back: ") + why}
+def rolling_back(rollout: Rollout, *, now: str, start_epoch: int, mode: str, why: str,
+                 error: UpgradeError | None, cancelled: bool = False,
+                 backstop_epoch: int | None = None) -> Rollout:
+    info = RollbackInfo(mode=mode, reason=why, started=now, start_epoch=start_epoch,  # type: ignore[arg-type]
+                        cancelled=cancelled, restore_epoch=backstop_epoch if mode == RESTORE else None)
+    update: dict[str, Any] = {
+        "step": str(Step.ROLLING_BACK), "rollback": info,
+        "message": ("the spec is back at the running plan: " if cancelled else "rolling back: ") + why}
     if error is not None:
-        out["error"] = error
-    return out
+        update["error"] = error
+    return rollout.model_copy(update=update)
 
 
-def failed(rollout: dict[str, Any], *, target_hash: str, message: str,
-           error: dict[str, Any] | None) -> dict[str, Any]:
+def failed(rollout: Rollout, *, target_hash: str, message: str, error: UpgradeError | None) -> Rollout:
     """Stop here, Degraded, on ``target_hash`` (the plan the workload stays on) until an edit."""
-    out = {**rollout, "step": str(Step.FAILED), "targetHash": target_hash, "message": message}
+    update: dict[str, Any] = {"step": str(Step.FAILED), "target_hash": target_hash, "message": message}
     if error is not None:
-        out["error"] = error
-    return out
+        update["error"] = error
+    return rollout.model_copy(update=update)
 
 
-def completed_plan(rollout: dict[str, Any], format_version: int | None = None) -> dict[str, Any]:
+def completed_plan(rollout: Rollout, format_version: int | None = None) -> PinnedPlan:
     """The pinned plan once the rollout succeeded."""
-    out = {
-        "hash": rollout["targetHash"],
-        "version": int(rollout["targetPlanVersion"]),
-        "configMap": rollout["targetConfigMap"],
-    }
-    if rollout.get("previous") and rollout.get("replaceStrategy") != BACKFILL:
-        out["handOffFrom"] = rollout["previous"]
-    if rollout.get("outputTopic"):
-        out["outputTopic"] = rollout["outputTopic"]
-    if format_version is not None:
-        out["formatVersion"] = format_version
-    if rollout.get("targetInputs"):
-        out["inputs"] = rollout["targetInputs"]
-    return out
+    return PinnedPlan(
+        hash=rollout.target_hash, version=rollout.target_plan_version,
+        config_map=str(rollout.target_config_map),
+        hand_off_from=rollout.previous if rollout.replace_strategy != BACKFILL else None,
+        output_topic=rollout.output_topic or None, format_version=format_version,
+        inputs=rollout.target_inputs)
 
 
 def upgrade_record(
     *,
     from_hash: str | None,
-    rollout: dict[str, Any],
+    to_hash: str,
+    category: str,
+    decision: str,
     outcome: str,
     reasons: list[str],
     changes: list[str],
@@ -351,35 +353,30 @@ def upgrade_record(
     from_engine: str | None = None,
     to_engine: str | None = None,
     cause: str | None = None,
-) -> dict[str, Any]:
-    engines = {k: v for k, v in (("fromEngine", from_engine), ("toEngine", to_engine), ("cause", cause)) if v}
-    return {
-        **engines,
-        "fromHash": from_hash,
-        "toHash": rollout["targetHash"],
-        "category": rollout["category"],
-        "decision": rollout["decision"],
-        "reasons": reasons,
-        "changes": changes,
-        "outcome": outcome,
-        "time": now,
-        "startedAt": now,
-        **({"generation": generation} if generation is not None else {}),
-    }
+) -> UpgradeRecord:
+    return UpgradeRecord(from_hash=from_hash, to_hash=to_hash, category=category, decision=decision,
+                         reasons=reasons, changes=changes, outcome=outcome,  # type: ignore[arg-type]
+                         time=now, started_at=now, generation=generation, from_engine=from_engine or None,
+                         to_engine=to_engine or None, cause=cause or None)  # type: ignore[arg-type]
 
 
-def finished_record(record: dict[str, Any] | None, outcome: Outcome, now: str,
-                    **extra: Any) -> dict[str, Any]:
-    out = dict(record or {})
-    out.update({"outcome": str(outcome), "finishedAt": now})
-    out.update({k: v for k, v in extra.items() if v is not None})
-    return out
+def finished_record(record: UpgradeRecord | None, outcome: Outcome, now: str,
+                    **extra: Any) -> UpgradeRecord | None:
+    """``record`` with its final ``outcome`` (and the ``extra`` fields that are not None, by their
+    snake_case names); None when there is no record."""
+    if record is None:
+        return None
+    update = {"outcome": str(outcome), "finished_at": now,
+              **{k: v for k, v in extra.items() if v is not None}}
+    return record.model_copy(update=update)
 
 
-def with_history(history: list[dict[str, Any]] | None, record: dict[str, Any]) -> list[dict[str, Any]]:
+def with_history(history: list[UpgradeRecord] | None, record: UpgradeRecord | None) -> list[UpgradeRecord]:
     """``status.history`` with ``record`` (a finished upgrade) added: newest first, at most 10."""
-    previous = [r for r in (history or []) if (r.get("toHash"), r.get("startedAt")) !=
-                (record.get("toHash"), record.get("startedAt"))]
+    if record is None:
+        return list(history or [])
+    key = (record.to_hash, record.started_at)
+    previous = [r for r in (history or []) if (r.to_hash, r.started_at) != key]
     return [record, *previous][:HISTORY_LENGTH]
 
 

@@ -9,7 +9,9 @@ clean-up removes; the running version's never.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from sluice.core.records import VersionRecord
 
 if TYPE_CHECKING:
     from sluice.core.naming import QueryIdentity
@@ -48,65 +50,51 @@ def dead_letter_topics(plan: Plan, output_topic: str | None = None) -> list[str]
 
 
 def version_record(identity: QueryIdentity, plan: Plan, plan_hash: str, config_map: str,
-                   since: str, output_topic: str | None = None, state: str = RUNNING) -> dict[str, Any]:
+                   since: str, output_topic: str | None = None, state: str = RUNNING) -> VersionRecord:
     """What version ``identity.plan_version`` created; ``output_topic``: the topic it writes when
     that is not its plan's sink topic (a backfill's versioned topic)."""
-    return {
-        "version": identity.plan_version,
-        "planHash": plan_hash,
-        "configMap": config_map,
-        "checkpointPath": identity.checkpoint_path,
-        "consumerGroup": identity.consumer_group,
-        "transactionalId": identity.transactional_id,
-        "outputTopic": output_topic or plan.sink.topic,
-        "deadLetterTopics": dead_letter_topics(plan, output_topic),
-        "state": state,
-        "since": since,
-    }
+    return VersionRecord(
+        version=identity.plan_version, plan_hash=plan_hash, config_map=config_map,
+        checkpoint_path=identity.checkpoint_path, consumer_group=identity.consumer_group,
+        transactional_id=identity.transactional_id, output_topic=output_topic or plan.sink.topic,
+        dead_letter_topics=dead_letter_topics(plan, output_topic), state=state,  # type: ignore[arg-type]
+        since=since)
 
 
-def with_running(versions: list[dict[str, Any]] | None, record: dict[str, Any],
-                 now: str) -> list[dict[str, Any]]:
+def _newest_first(versions: list[VersionRecord]) -> list[VersionRecord]:
+    return sorted(versions, key=lambda v: -v.version)
+
+
+def with_running(versions: list[VersionRecord] | None, record: VersionRecord,
+                 now: str) -> list[VersionRecord]:
     """``versions`` with ``record`` running: another running version retires at ``now``; a record of
     the same version is replaced (idempotent), newest version first."""
-    out: list[dict[str, Any]] = []
+    out: list[VersionRecord] = []
     for item in versions or []:
-        if item.get("version") == record["version"]:
+        if item.version == record.version:
             continue
-        if item.get("state") == RUNNING:
-            item = {**item, "state": RETIRED, "retiredAt": now}
+        if item.state == RUNNING:
+            item = item.model_copy(update={"state": RETIRED, "retired_at": now})
         out.append(item)
-    return sorted([record, *out], key=lambda v: -int(v.get("version") or 0))
+    return _newest_first([record, *out])
 
 
-def with_rolled_back(versions: list[dict[str, Any]] | None, record: dict[str, Any],
-                     now: str) -> list[dict[str, Any]]:
+def with_rolled_back(versions: list[VersionRecord] | None, record: VersionRecord,
+                     now: str) -> list[VersionRecord]:
     """``versions`` with ``record`` (a replace's new version that was rolled back) as ``RolledBack``
     at ``now``; the running version stays running."""
-    out = [v for v in versions or [] if v.get("version") != record["version"]]
-    return sorted([{**record, "state": ROLLED_BACK, "retiredAt": now}, *out],
-                  key=lambda v: -int(v.get("version") or 0))
+    out = [v for v in versions or [] if v.version != record.version]
+    return _newest_first([record.model_copy(update={"state": ROLLED_BACK, "retired_at": now}), *out])
 
 
-def with_plan(versions: list[dict[str, Any]] | None, version: int, plan_hash: str,
-              config_map: str) -> list[dict[str, Any]] | None:
+def with_plan(versions: list[VersionRecord] | None, version: int, plan_hash: str,
+              config_map: str) -> list[VersionRecord] | None:
     """``versions`` with version ``version`` now on another plan (an in-place upgrade); None when
     nothing changes."""
     out, changed = [], False
     for item in versions or []:
-        current = (item.get("planHash"), item.get("configMap"))
-        if item.get("version") == version and current != (plan_hash, config_map):
-            item = {**item, "planHash": plan_hash, "configMap": config_map}
+        if item.version == version and (item.plan_hash, item.config_map) != (plan_hash, config_map):
+            item = item.model_copy(update={"plan_hash": plan_hash, "config_map": config_map})
             changed = True
         out.append(item)
     return out if changed else None
-
-
-def live_topic(pinned: dict[str, Any] | None, versions: list[dict[str, Any]] | None) -> str | None:
-    """The topic holding the live result: the pinned version's own topic, else the running
-    version's recorded output topic (None when neither says)."""
-    if (pinned or {}).get("outputTopic"):
-        return str((pinned or {})["outputTopic"])
-    running = [v for v in versions or [] if v.get("state") == RUNNING and v.get("outputTopic")]
-    return str(running[0]["outputTopic"]) if running else None
-

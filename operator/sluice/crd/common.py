@@ -7,6 +7,11 @@ from typing import Any, ClassVar
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
+from sluice.core.records import StatusModel
+
+__all__ = ["API_VERSION", "GROUP", "VERSION", "CrdKind", "CrdModel", "ResourceAmounts", "Resources",
+           "SecretKeyRef", "StatusModel"]
+
 GROUP = "sluice.dev"
 VERSION = "v1alpha1"
 API_VERSION = f"{GROUP}/{VERSION}"
@@ -16,12 +21,6 @@ class CrdModel(BaseModel):
     """Base of CRD sub-models: camelCase on the wire, unknown fields refused."""
 
     model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid")
-
-
-class StatusModel(BaseModel):
-    """Base of status models: camelCase on the wire, unknown fields kept (forward compatible)."""
-
-    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="ignore")
 
 
 QUANTITY_PATTERN = r"^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$"

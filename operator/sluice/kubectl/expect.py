@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from sluice.core.records import QueryRecords
 from sluice.core.rollout import BACKFILL, REVERTIBLE, Step, deployed_hash, next_action
 from sluice.core.spec import UpgradePolicy
 from sluice.core.status import short_hash as short
@@ -42,23 +43,23 @@ def view(live: Mapping[str, Any] | None, new_hash: str, *, spec_changes: bool) -
     if live is None:
         return View("new", new_hash, note=f"it does not exist yet: it would be created, and the operator "
                     f"deploys plan {short(new_hash)} as plan version 1")
-    status = live.get("status") or {}
-    pinned, rollout = status.get("plan"), status.get("rollout")
+    records = QueryRecords.of(live.get("status"))
+    pinned, rollout = records.plan, records.rollout
     generation = (live.get("metadata") or {}).get("generation")
     if generation is not None and spec_changes:
         generation = int(generation) + 1
-    action = next_action(pinned, rollout, new_hash, status.get("lastUpgrade"), generation)
-    step = (rollout or {}).get("step")
-    target = (rollout or {}).get("targetHash")
-    pinned_hash = (pinned or {}).get("hash")
-    pinned_cm = (pinned or {}).get("configMap")
+    action = next_action(pinned, rollout, new_hash, records.last_upgrade, generation)
+    step = rollout.step if rollout else None
+    target = rollout.target_hash if rollout else None
+    pinned_hash = pinned.hash if pinned else None
+    pinned_cm = pinned.config_map if pinned else None
     if action.kind == "create" or not pinned_hash:  # (a first deployment in flight: the newest spec wins)
         return View("create", new_hash, note=f"no plan is pinned yet: the operator deploys plan "
                     f"{short(new_hash)} as the first plan")
     if action.kind in ("resume", "revert") and step in REVERTIBLE:
         # the upgrade in flight is finished (or rolled back) first; the edit is then classified
         # against the plan that runs: its target, if it succeeds
-        target_cm = (rollout or {}).get("targetConfigMap") or pinned_cm
+        target_cm = (rollout.target_config_map if rollout else None) or pinned_cm
         if action.kind == "revert":
             return View("revert", new_hash, target, target_cm,
                         f"the spec is back at the running plan {short(new_hash)}: the upgrade in flight "
@@ -75,14 +76,14 @@ def view(live: Mapping[str, Any] | None, new_hash: str, *, spec_changes: bool) -
                     f"the operator first finishes the rollout in flight ({step}), then classifies this "
                     f"edit against plan {short(pinned_hash)}")
     deployed = deployed_hash(pinned, rollout)
-    deployed_cm = ((rollout or {}).get("targetConfigMap") if deployed != pinned_hash else None) or pinned_cm
+    deployed_cm = (rollout.target_config_map if rollout and deployed != pinned_hash else None) or pinned_cm
     if action.kind == "cancel":
         return View("cancel", new_hash, deployed, deployed_cm,
                     f"the spec is back at the running plan: the waiting upgrade ({step}, to plan "
                     f"{short(target)}) is dropped (outcome Cancelled)")
     if action.kind == "wait":
         failed = "the query stays on this plan, which failed its gate, until the next edit"
-        waits = f"this edit already waits ({step}): {(rollout or {}).get('message')}"
+        waits = f"this edit already waits ({step}): {rollout.message if rollout else None}"
         what = failed if step == Step.FAILED else waits
         return View("wait", new_hash, deployed, deployed_cm, what)
     if action.kind == "held":

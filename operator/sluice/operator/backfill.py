@@ -21,7 +21,8 @@ from typing import Any
 from sluice.core import gate
 from sluice.core.driverreport import DriverError
 from sluice.core.election import LeaseRecord
-from sluice.core.rollout import Step, caught_up
+from sluice.core.records import Rollout
+from sluice.core.rollout import Step, caught_up, with_message
 from sluice.core.spec import UpgradePolicy
 from sluice.core.status import EventReason, Facts
 from sluice.operator import builders
@@ -29,13 +30,14 @@ from sluice.operator.builders.context import BACKFILL_ROLE, QueryContext
 from sluice.operator.common import QueryRun
 from sluice.operator.driverlease import driver_selector
 from sluice.operator.kafka_admin import KafkaUnavailable, sink_topic_settings
-from sluice.operator.workload import _converge
+from sluice.operator.workload import converge_pinned
 
 
-def backfill_context(target: QueryContext, rollout: dict[str, Any]) -> QueryContext:
+def backfill_context(target: QueryContext, rollout: Rollout | None) -> QueryContext:
     """The backfill workload's context: the new version (``target``), on its own topic and start."""
-    return dataclasses.replace(target, previous=None, output_topic=rollout.get("outputTopic"),
-                               start_from=str(rollout.get("backfillFrom") or "earliest"), role=BACKFILL_ROLE)
+    return dataclasses.replace(target, previous=None, output_topic=rollout.output_topic if rollout else None,
+                               start_from=(rollout.backfill_from if rollout else None) or "earliest",
+                               role=BACKFILL_ROLE)
 
 
 def pods(run: QueryRun, ctx: QueryContext) -> list[dict[str, Any]]:
@@ -66,28 +68,27 @@ class BackfillResult:
     ready: bool
     message: str = ""
     error: DriverError | None = None
-    rollout: dict[str, Any] | None = None
+    rollout: Rollout | None = None
 
 
-def advance(run: QueryRun, ctx: QueryContext, target: QueryContext, rollout: dict[str, Any],
+def advance(run: QueryRun, ctx: QueryContext, target: QueryContext, rollout: Rollout,
             policy: UpgradePolicy) -> BackfillResult:
     """Backfilling: keep the stable drivers converged, run the backfill, and evaluate its gate and
     lag; the executor rolls back or switches as the result says."""
-    stable = run.status["plan"]
-    ready = _converge(run, ctx, stable["hash"], stable["configMap"])
+    ready = converge_pinned(run, ctx)
     bctx = backfill_context(target, rollout)
     try:
-        _ensure_topic(run, ctx, str(rollout["outputTopic"]))
+        _ensure_topic(run, ctx, str(rollout.output_topic))
     except KafkaUnavailable as exc:
         why = f"waiting for Kafka to create the backfill's topic: {exc}"
-        run.write({"rollout": {**rollout, "message": why}})
+        run.write({"rollout": with_message(rollout, why)})
         return BackfillResult("wait", ready)
     for obj in (builders.driver_lease(bctx),
-                builders.driver_deployment(bctx, rollout["targetHash"], rollout["targetConfigMap"])):
+                builders.driver_deployment(bctx, rollout.target_hash, str(rollout.target_config_map))):
         run.env.kube.ensure(obj, probe_first=True)
     now = gate.parse_time(run.env.clock()) or dt.datetime.now(dt.UTC)
     result = gate.evaluate(
-        plan_hash=rollout["targetHash"], start_epoch=0, started=gate.parse_time(rollout["started"]) or now,
+        plan_hash=rollout.target_hash, start_epoch=0, started=gate.parse_time(rollout.started) or now,
         now=now, record=_lease(run, bctx.lease), pods=pods(run, ctx), batches_needed=policy.health_batches,
         timeout=float(policy.health_timeout_seconds), max_dead_letter_ratio=policy.max_dead_letter_ratio,
     )
@@ -97,26 +98,26 @@ def advance(run: QueryRun, ctx: QueryContext, target: QueryContext, rollout: dic
     if result.verdict == gate.Verdict.WAIT:
         message = result.message
     else:
-        done, message = gate.backfill_lag(result.progress, int(rollout.get("maxLagRecords") or 0))
+        done, message = gate.backfill_lag(result.progress, rollout.max_lag_records or 0)
         if done:
             main = _lease(run, ctx.lease)
-            switching = {**caught_up(rollout, now=run.env.clock(), lag=int(lag or 0)),
-                         "startEpoch": main.transitions if main is not None else 0, "lagRecords": lag}
+            switching = caught_up(rollout, now=run.env.clock(), lag=int(lag or 0)).model_copy(update={
+                "start_epoch": main.transitions if main is not None else 0, "lag_records": lag})
             run.write({"rollout": switching}, Facts(generation=run.generation, plan_pinned=True,
                                                     rollout_step=Step.APPLYING, suspended=ctx.spec.suspend))
             run.event("Normal", EventReason.BACKFILL_CAUGHT_UP,
-                      f"plan version {rollout['targetPlanVersion']} on topic {rollout['outputTopic']!r}: "
+                      f"plan version {rollout.target_plan_version} on topic {rollout.output_topic!r}: "
                       f"{result.message}; {message}; switching")
             return BackfillResult("switch", ready, rollout=switching)
-    message = f"backfilling into {rollout['outputTopic']!r}: {message}"
-    if rollout.get("message") != message or rollout.get("lagRecords") != lag:
-        run.write({"rollout": {**rollout, "message": message, "lagRecords": lag}})
+    message = f"backfilling into {rollout.output_topic!r}: {message}"
+    if rollout.message != message or rollout.lag_records != lag:
+        run.write({"rollout": rollout.model_copy(update={"message": message, "lag_records": lag})})
     return BackfillResult("wait", ready)
 
 
 def stop(run: QueryRun, ctx: QueryContext) -> str | None:
     """Remove the backfill's workload; what it still waits for (its driver drains first), if anything."""
-    bctx = backfill_context(ctx, {})
+    bctx = backfill_context(ctx, None)
     run.env.kube.delete("Deployment", run.ns, bctx.workload_name)
     left = pods(run, ctx)
     if left:

@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
-from typing import Any
 
 from sluice.core import cleanup as plan_mod
 from sluice.core.cleanup import CLEANUP_REQUEST, CleanupRequest
 from sluice.core.election import lease_name
 from sluice.core.gate import parse_time
+from sluice.core.records import VersionRecord
 from sluice.core.spec import CleanupPolicy
 from sluice.core.status import EventReason, now_rfc3339
 from sluice.core.versions import RETIRED, ROLLED_BACK
@@ -32,8 +32,8 @@ def policy_of(ctx: QueryContext) -> CleanupPolicy:
 
 def clean_up(run: QueryRun, ctx: QueryContext, cluster: QueryClusterSpec) -> None:
     """Clean up what the due retired versions left; record when the next one falls due."""
-    versions = list(run.status.get("versions") or [])
-    if not any(v.get("state") in (RETIRED, ROLLED_BACK) for v in versions):
+    versions = run.records.versions
+    if not any(v.state in (RETIRED, ROLLED_BACK) for v in versions):
         if run.status.get("cleanup"):
             run.write({"cleanup": None})
         return
@@ -56,28 +56,28 @@ def clean_up(run: QueryRun, ctx: QueryContext, cluster: QueryClusterSpec) -> Non
             groups = admin.delete_groups(plan_mod.groups_to_delete(item, existing, decided.kept))
             if groups:
                 run.event("Normal", EventReason.GROUPS_DELETED,
-                          f"plan version {item['version']}: deleted consumer groups {', '.join(groups)}")
+                          f"plan version {item.version}: deleted consumer groups {', '.join(groups)}")
             for topic in plan_mod.topics_to_delete(item, decided.kept, policy):
                 if admin.delete_topic(topic):
                     run.event("Normal", EventReason.TOPIC_DELETED,
-                              f"plan version {item['version']}: deleted topic {topic!r}")
+                              f"plan version {item.version}: deleted topic {topic!r}")
     except KafkaUnavailable as exc:
         run.write({"cleanup": {"nextDue": run.env.clock(), "message": f"Kafka: {exc}"}})
         return
     _delete_config_maps(run, ctx, decided.kept)
-    gone = {int(v["version"]) for v in decided.due}
-    run.write({"versions": [v for v in versions if int(v.get("version") or 0) not in gone],
+    gone = {v.version for v in decided.due}
+    run.write({"versions": [v for v in versions if v.version not in gone],
                "cleanup": {"nextDue": next_due} if next_due else None})
     for item in decided.due:
-        how = "rolled back" if item.get("state") == ROLLED_BACK else "retired"
+        how = "rolled back" if item.state == ROLLED_BACK else "retired"
         run.event("Normal", EventReason.VERSION_CLEANED_UP,
-                  f"plan version {item['version']} cleaned up ({how} {item.get('retiredAt')}); "
-                  f"its transactional id {item.get('transactionalId')} expires on the brokers by itself")
+                  f"plan version {item.version} cleaned up ({how} {item.retired_at}); "
+                  f"its transactional id {item.transactional_id} expires on the brokers by itself")
 
 
-def _remove_checkpoints(run: QueryRun, ctx: QueryContext, due: list[dict[str, Any]]) -> str | None:
+def _remove_checkpoints(run: QueryRun, ctx: QueryContext, due: list[VersionRecord]) -> str | None:
     """Ask the active driver to remove the due versions' checkpoints; a message while it has not."""
-    paths = [str(v["checkpointPath"]) for v in due if v.get("checkpointPath")]
+    paths = [v.checkpoint_path for v in due if v.checkpoint_path]
     if not paths:
         return None
     request = CleanupRequest.for_paths(paths)
@@ -102,13 +102,13 @@ def _remove_checkpoints(run: QueryRun, ctx: QueryContext, due: list[dict[str, An
     return f"waiting for the active driver to remove {', '.join(request.paths)}"
 
 
-def _delete_config_maps(run: QueryRun, ctx: QueryContext, kept: list[dict[str, Any]]) -> None:
-    needed = {str(v.get("configMap")) for v in kept if v.get("configMap")}
-    pinned = run.status.get("plan") or {}
-    needed.add(str(pinned.get("configMap")))
-    target = (run.status.get("rollout") or {}).get("targetConfigMap")
-    if target:
-        needed.add(str(target))
+def _delete_config_maps(run: QueryRun, ctx: QueryContext, kept: list[VersionRecord]) -> None:
+    records = run.records
+    needed = {v.config_map for v in kept if v.config_map}
+    if records.plan is not None:
+        needed.add(records.plan.config_map)
+    if records.rollout is not None and records.rollout.target_config_map:
+        needed.add(records.rollout.target_config_map)
     existing = [str(cm["metadata"]["name"]) for cm in
                 run.env.kube.list("ConfigMap", run.ns, f"sluice.dev/query={ctx.names.base}")
                 if str(cm["metadata"]["name"]).startswith(f"{ctx.names.base}-plan-")]
@@ -120,4 +120,4 @@ def _delete_config_maps(run: QueryRun, ctx: QueryContext, kept: list[dict[str, A
 def discard_pending(run: QueryRun) -> bool:
     """Whether a rolled-back version's leftovers are still to be removed (a new rollout of the same
     version number must start on an empty checkpoint)."""
-    return any(v.get("state") == ROLLED_BACK for v in run.status.get("versions") or [])
+    return any(v.state == ROLLED_BACK for v in run.records.versions)

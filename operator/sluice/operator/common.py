@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sluice.core.plan.model import Plan
+from sluice.core.records import QueryRecords, StatusModel
 from sluice.core.status import (
     EventReason,
     Facts,
@@ -114,13 +115,32 @@ def read_kafka_secrets(kube: Kube, namespace: str, cluster: QueryClusterSpec) ->
     return out
 
 
+def _stored(value: Any) -> Any:
+    """A status value as stored: records (and lists of them) in their storage form."""
+    if isinstance(value, StatusModel):
+        return value.for_storage()
+    if isinstance(value, list):
+        return [_stored(v) for v in value]
+    return value
+
+
 @dataclass
 class QueryRun:
-    """One reconcile of one StreamingQuery: the object, its status as we last wrote it."""
+    """One reconcile of one StreamingQuery: the object, its status as we last wrote it, and the
+    typed records of that status (``records``: parsed once per written status)."""
 
     env: Env
     body: dict[str, Any]
     status: dict[str, Any]
+    _parsed: tuple[dict[str, Any], QueryRecords] | None = field(default=None, repr=False)
+
+    @property
+    def records(self) -> QueryRecords:
+        """The status's records (the pinned plan, the rollout, the last upgrade and history, the
+        versions, the engine), parsed from the status once after each write."""
+        if self._parsed is None or self._parsed[0] is not self.status:
+            self._parsed = (self.status, QueryRecords.of(self.status))
+        return self._parsed[1]
 
     @property
     def ns(self) -> str:
@@ -136,11 +156,11 @@ class QueryRun:
 
     def write(self, updates: dict[str, Any], facts: Facts | None = None, *,
               resource_version: str | None = None) -> bool:
-        """Merge ``updates`` (None deletes a key) and the reduced conditions into the status;
-        returns whether anything was written. ``resource_version``: only if the object is still
-        at that version (a 409 ``KubeError`` otherwise)."""
+        """Merge ``updates`` (records or their storage form; None deletes a key) and the reduced
+        conditions into the status; returns whether anything was written. ``resource_version``: only
+        if the object is still at that version (a 409 ``KubeError`` otherwise)."""
         new = dict(self.status)
-        new.update(updates)
+        new.update({k: _stored(v) for k, v in updates.items()})
         if facts is not None:
             new.update(reduce_status(self.status, facts, self.env.clock()))
         new = with_short_hash(new)  # derived, like the phase: every write of a pinned plan carries it
@@ -163,13 +183,13 @@ class QueryRun:
 
 def _facts(run: QueryRun, spec: StreamingQuerySpec | None, *, problem: StatusProblem | None = None,
            driver_ready: bool = False) -> Facts:
-    rollout = run.status.get("rollout")
+    records = run.records
     return Facts(
         generation=run.generation,
         suspended=bool(spec.suspend) if spec else False,
         problem=problem,
-        plan_pinned=bool(run.status.get("plan")),
-        rollout_step=rollout.get("step") if rollout else None,
+        plan_pinned=records.plan is not None,
+        rollout_step=records.rollout.step if records.rollout else None,
         driver_ready=driver_ready,
     )
 

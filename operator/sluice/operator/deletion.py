@@ -9,6 +9,7 @@ from pydantic import ValidationError
 
 from sluice.core import cleanup
 from sluice.core.naming import QueryIdentity, QueryNames
+from sluice.core.records import VersionRecord
 from sluice.core.spec import CleanupPolicy
 from sluice.core.status import EventReason, Facts
 from sluice.crd.querycluster import QueryClusterSpec
@@ -38,7 +39,7 @@ def delete_query(env: Env, body: dict[str, Any], retry: int, runtime_seconds: fl
     if run.status.get("phase") != "Deleting":
         try:
             run.write({}, Facts(generation=run.generation, deleting=True,
-                                plan_pinned=bool(run.status.get("plan"))))
+                                plan_pinned=run.records.plan is not None))
         except KubeError as exc:
             log.warning("cannot mark %s/%s as deleting: %s", ns, name, exc)
 
@@ -102,15 +103,19 @@ def delete_query(env: Env, body: dict[str, Any], retry: int, runtime_seconds: fl
 def _delete_inventory(run: QueryRun, admin: TopicAdmin) -> None:
     """``deletionPolicy: Delete``: what every plan version recorded in ``status.versions`` created
     on the brokers (dead-letter and output topics, consumer and exactly-once marker groups)."""
-    versions = list(run.status.get("versions") or [])
-    rollout = run.status.get("rollout") or {}
+    versions = list(run.records.versions)
+    rollout = run.records.rollout
     service_id = (run.status.get("identity") or {}).get("serviceId")
-    if rollout.get("outputTopic") and rollout.get("targetPlanVersion"):  # a replace in flight
+    if rollout is not None and rollout.output_topic:  # a replace in flight
         target = QueryIdentity(service_id=str(service_id or "?"), namespace=run.ns, name=run.name,
                                uid=str(run.body["metadata"].get("uid") or ""),
-                               plan_version=int(rollout["targetPlanVersion"]))
-        versions.append({"version": target.plan_version, "outputTopic": rollout["outputTopic"],
-                         "consumerGroup": target.consumer_group if service_id else None})
+                               plan_version=rollout.target_plan_version)
+        versions.append(VersionRecord(
+            version=target.plan_version, plan_hash=rollout.target_hash,
+            config_map=rollout.target_config_map or "", checkpoint_path=target.checkpoint_path,
+            consumer_group=target.consumer_group if service_id else "",
+            transactional_id=target.transactional_id, output_topic=rollout.output_topic, state="Running",
+            since=rollout.started))
     if not versions:
         return
     everything = CleanupPolicy(delete_topics="AfterRetention")
@@ -122,4 +127,4 @@ def _delete_inventory(run: QueryRun, admin: TopicAdmin) -> None:
         groups = admin.delete_groups(cleanup.groups_to_delete(item, existing, []))
         if groups:
             run.event("Normal", EventReason.GROUPS_DELETED,
-                      f"plan version {item.get('version')}: deleted consumer groups {', '.join(groups)}")
+                      f"plan version {item.version}: deleted consumer groups {', '.join(groups)}")

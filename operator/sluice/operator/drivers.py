@@ -16,6 +16,7 @@ from pydantic import ValidationError
 
 from sluice.core import election, gate
 from sluice.core.naming import QueryNames
+from sluice.core.records import QueryRecords
 from sluice.core.rollout import GATED
 from sluice.core.status import EventReason, Facts, Reason, StatusProblem, get_condition
 from sluice.crd.streamingquery import StreamingQuerySpec
@@ -62,10 +63,10 @@ def _problem_now(status: dict[str, Any], record: election.LeaseRecord | None, po
     problem = _current_problem(status)
     if problem is not None and problem.reason != Reason.DRIVER_FAILED:
         return problem
-    plan_hash = (status.get("plan") or {}).get("hash")
-    if not plan_hash or suspended or (status.get("rollout") or {}).get("step") in GATED:
+    records = QueryRecords.of(status)
+    if records.plan is None or suspended or (records.rollout is not None and records.rollout.step in GATED):
         return problem
-    message = gate.driver_problem(record, pods, plan_hash, ready)
+    message = gate.driver_problem(record, pods, records.plan.hash, ready)
     return StatusProblem(Reason.DRIVER_FAILED, message) if message else None
 
 
@@ -76,7 +77,7 @@ def refresh_readiness(env: Env, body: dict[str, Any], driver_ready: bool, update
     returns whether the status was written (only if the query is still at the ``resourceVersion``
     of ``body``)."""
     run = QueryRun(env, body, dict(body.get("status") or {}))
-    if body["metadata"].get("deletionTimestamp") or not run.status.get("plan"):
+    if body["metadata"].get("deletionTimestamp") or run.records.plan is None:
         return False
     try:
         spec = StreamingQuerySpec.model_validate(body.get("spec") or {})

@@ -15,6 +15,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from sluice.core.fleet import QueryFleetState, Wave, plan_wave
+from sluice.core.records import EngineRef, QueryRecords
 from sluice.core.status import EventReason
 from sluice.crd.engine import Engine
 from sluice.crd.querycluster import QueryClusterSpec
@@ -32,26 +33,27 @@ ADMITTED = "sluice.dev/cluster-rollout"
 WAITING_STEPS = ("AwaitingUpgrade", "Rejected")
 
 
-def _digest(record: dict[str, Any] | None) -> str | None:
-    if not record:
+def _digest(record: EngineRef | None) -> str | None:
+    if record is None:
         return None
     try:
-        return Engine.model_validate(record).compute_digest()
+        return Engine.model_validate(record.for_storage()).compute_digest()
     except ValidationError:
-        return str(record.get("digest") or "") or None
+        return record.digest or None
 
 
 def fleet_state(query: dict[str, Any]) -> QueryFleetState:
-    status = query.get("status") or {}
-    rollout = status.get("rollout") or {}
-    last = status.get("lastUpgrade") or {}
-    error = last.get("error") or {}
-    why = f"{error.get('class')}: {error.get('message')}" if error else str(last.get("message") or "")
+    records = QueryRecords.of(query.get("status"))
+    rollout, last = records.rollout, records.last_upgrade
+    why = ""
+    if last is not None:
+        why = f"{last.error.class_}: {last.error.message}" if last.error else last.message or ""
     return QueryFleetState(
-        name=str(query["metadata"]["name"]), engine=_digest(status.get("engine")),
-        rollout_engine=_digest(rollout.get("targetEngine")),
-        rollout_waiting=rollout.get("step") in WAITING_STEPS,
-        last_engine=last.get("toEngine"), last_outcome=last.get("outcome"), last_message=why)
+        name=str(query["metadata"]["name"]), engine=_digest(records.engine),
+        rollout_engine=_digest(rollout.target_engine if rollout else None),
+        rollout_waiting=rollout is not None and rollout.step in WAITING_STEPS,
+        last_engine=last.to_engine if last else None, last_outcome=last.outcome if last else None,
+        last_message=why)
 
 
 def roll_fleet(env: Env, body: dict[str, Any]) -> str | None:

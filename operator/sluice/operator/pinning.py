@@ -7,17 +7,17 @@ module reads the status, the QueryCluster and the pinned plan's ConfigMap, and c
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from typing import Any, Literal
 
 from sluice import __version__
 from sluice.core import pinning
 from sluice.core.compiler import CompileTarget
-from sluice.core.engine import PlanInputs, plan_inputs, query_digest
+from sluice.core.engine import plan_inputs
 from sluice.core.errors import CompileError
-from sluice.core.naming import PLAN_FILE, SPEC_FILE
+from sluice.core.naming import PLAN_FILE
 from sluice.core.plan.model import Plan
+from sluice.core.records import EngineRef, PinnedPlan, PlanInputs, Replan
 from sluice.core.spec import QuerySpec, UpgradePolicy
 from sluice.crd.engine import Engine
 from sluice.crd.querycluster import QueryClusterSpec
@@ -43,17 +43,21 @@ class Engines:
         return self.stable.compute_digest() != self.desired.compute_digest()
 
 
+def engine_of(recorded: EngineRef | None) -> Engine | None:
+    """The engine snapshot a status record holds (None: none recorded)."""
+    return Engine.model_validate(recorded.for_storage()).snapshot() if recorded else None
+
+
 def engines(run: QueryRun, cluster: QueryClusterSpec, cluster_obj: dict[str, Any]) -> Engines:
     now = cluster.engine(default_image())
-    recorded = run.status.get("engine")
-    if not recorded:  # a new query starts on the cluster's engine
+    stable = engine_of(run.records.engine)
+    if stable is None:  # a new query starts on the cluster's engine
         return Engines(now, now)
-    stable = Engine.model_validate(recorded).snapshot()
     target = now.compute_digest()
     if stable.compute_digest() == target:
         return Engines(stable, stable)
-    rollout = run.status.get("rollout") or {}
-    if ((rollout.get("targetEngine") or {}).get("digest")) == target:
+    rollout = run.records.rollout
+    if rollout is not None and rollout.target_engine is not None and rollout.target_engine.digest == target:
         return Engines(stable, now)  # its rollout is under way
     fleet = (cluster_obj.get("status") or {}).get("rollout") or {}
     if fleet.get("target") == target and run.name in (fleet.get("admitted") or []):
@@ -73,7 +77,7 @@ class Desired:
     plan: Plan
     inputs: PlanInputs
     cause: Cause
-    replan: dict[str, Any] | None = None
+    replan: Replan | None = None
 
     @property
     def hash(self) -> str:
@@ -89,29 +93,14 @@ def desired_plan(run: QueryRun, spec: StreamingQuerySpec, engs: Engines, policy:
     query = spec.query()
     engine = engs.desired
     inputs = plan_inputs(query, engine.facts())
-    pinned = run.status.get("plan") or {}
-    if pinned.get("hash") and _same_inputs(run, pinned, query, inputs):
+    pinned = run.records.plan
+    if pinned is not None and pinned.inputs == inputs:
         return _kept(run, query, engine, pinned, inputs, policy)
     plan = run.env.compile(query, target_of(engine))
     return Desired(plan, inputs, "cluster" if engs.changes else "spec")
 
 
-def _same_inputs(run: QueryRun, pinned: dict[str, Any], query: QuerySpec, inputs: PlanInputs) -> bool:
-    recorded = PlanInputs.from_dict(pinned.get("inputs"))
-    if recorded is not None:
-        return recorded == inputs
-    # a plan pinned before its inputs were recorded: the spec stored beside it says what it came from
-    stored = _config_map_file(run, str(pinned.get("configMap") or ""), SPEC_FILE)
-    if stored is None:
-        return False
-    try:
-        before = QuerySpec.model_validate(json.loads(stored))
-    except ValueError:
-        return False
-    return query_digest(before) == inputs.query
-
-
-def _kept(run: QueryRun, query: QuerySpec, engine: Engine, pinned: dict[str, Any],
+def _kept(run: QueryRun, query: QuerySpec, engine: Engine, pinned: PinnedPlan,
           inputs: PlanInputs, policy: UpgradePolicy) -> Desired:
     """The pinned plan stays; this compiler's plan of the same spec is offered, or carried out when
     the user accepted exactly it."""
@@ -120,14 +109,14 @@ def _kept(run: QueryRun, query: QuerySpec, engine: Engine, pinned: dict[str, Any
         current: Plan | None = run.env.compile(query, target_of(engine))
     except CompileError as exc:
         current, refused = None, "; ".join(p.render() for p in exc.problems)
-    if current is not None and current.hash != pinned["hash"]:
+    if current is not None and current.hash != pinned.hash:
         annotation = (run.body["metadata"].get("annotations") or {}).get(pinning.REPLAN_ANNOTATION)
         if pinning.accepts(annotation, current.hash):
             return Desired(current, inputs, "replan")
-    plan = load_plan(run, str(pinned.get("configMap") or ""))
+    plan = load_plan(run, pinned.config_map)
     if current is None:
         return Desired(plan, inputs, "spec", pinning.refused_record(refused, compiler))
-    if current.hash == pinned["hash"]:
+    if current.hash == pinned.hash:
         return Desired(plan, inputs, "spec")
     decision = run.env.classify(plan, current, policy)
     return Desired(plan, inputs, "spec", pinning.replan_record(decision, current.hash, compiler))

@@ -11,6 +11,7 @@ before the split are still importable from here (``__all__``).
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 from typing import Any
 
 from pydantic import ValidationError
@@ -19,7 +20,6 @@ from sluice.core.errors import CompileError
 from sluice.core.manifest import validation_problems
 from sluice.core.rollout import Step, held_back
 from sluice.core.status import EventReason, Reason, StatusProblem
-from sluice.core.versions import live_topic
 from sluice.crd.engine import WORKLOAD_TEMPLATE
 from sluice.crd.querycluster import QueryClusterSpec
 from sluice.crd.streamingquery import StreamingQuerySpec
@@ -74,29 +74,58 @@ def _pinned_records(run: QueryRun, desired: Desired, engs: Engines) -> dict[str,
     """``status.plan`` with what it was compiled from and the re-plan on offer, ``status.engine`` with
     why the QueryCluster's engine waits (both only while nothing is in flight towards them)."""
     out: dict[str, Any] = {}
-    plan = run.status.get("plan")
-    engine = run.status.get("engine") or (engs.stable.record() if plan else None)
-    if engine is not None:  # a status from before engines were pinned adopts the one it runs on
-        stable = engine.get("digest") == engs.stable.compute_digest()
-        out["engine"] = {**{k: v for k, v in engine.items() if k != "waiting"},
-                         **({"waiting": engs.waiting} if engs.waiting and stable else {})}
-    if plan and not run.status.get("rollout") and plan.get("hash") == desired.hash:
-        kept = {k: v for k, v in plan.items() if k != "replan"}
-        out["plan"] = {**kept, "inputs": desired.inputs.to_dict(),
-                       **({"replan": desired.replan} if desired.replan else {})}
-    elif plan and plan.get("replan"):
-        out["plan"] = {k: v for k, v in plan.items() if k != "replan"}
+    records = run.records
+    if records.engine is not None:
+        stable = records.engine.digest == engs.stable.compute_digest()
+        waiting = engs.waiting if engs.waiting and stable else None
+        out["engine"] = records.engine.model_copy(update={"waiting": waiting})
+    plan = records.plan
+    if plan is not None and records.rollout is None and plan.hash == desired.hash:
+        out["plan"] = plan.model_copy(update={"inputs": desired.inputs, "replan": desired.replan})
+    elif plan is not None and plan.replan is not None:
+        out["plan"] = plan.model_copy(update={"replan": None})
     return out
 
 
-def reconcile_query(env: Env, body: dict[str, Any], retry: int = 0) -> str:
-    """Bring one StreamingQuery to its desired state; returns the resulting phase."""
-    run = QueryRun(env, body, dict(body.get("status") or {}))
-    meta = body["metadata"]
-    if meta.get("deletionTimestamp"):
-        return "Deleting"
+@dataclass(frozen=True)
+class Observed:
+    """What a reconcile found: the spec, its QueryCluster, the engines and the plan asked for, and
+    the context of the pinned version on the stable engine."""
 
-    # 1. the spec (the API server validated its shape; pydantic checks the rest)
+    spec: StreamingQuerySpec
+    cluster_name: str
+    cluster: QueryClusterSpec
+    engines: Engines
+    desired: Desired
+    ctx: QueryContext
+
+
+def reconcile_query(env: Env, body: dict[str, Any], retry: int = 0) -> str:
+    """Bring one StreamingQuery to its desired state; returns the resulting phase.
+
+    Observe (the spec, the QueryCluster, the engines and the plan asked for: a problem is written
+    and the reconcile stops or retries), make sure the sink topic exists, act (the rollout executor
+    carries out what the state machine decides), then decide the conditions from what it left."""
+    run = QueryRun(env, body, dict(body.get("status") or {}))
+    if body["metadata"].get("deletionTimestamp"):
+        return "Deleting"
+    seen = _observe(run, retry)
+    _ensure_sink_topic(run, seen, retry)
+    base_updates: dict[str, Any] = {"cluster": seen.cluster_name, "lastCompileError": None}
+    ready = advance(run, seen.ctx, seen.spec, seen.cluster, seen.desired, seen.engines, base_updates)
+    base_updates.update(_pinned_records(run, seen.desired, seen.engines))
+    problem = _standing_problem(run, seen, ready)
+    run.write(base_updates, _facts(run, seen.spec, problem=problem, driver_ready=ready))
+    phase = str(run.status.get("phase"))
+    env.metrics.phase(f"{run.ns}/{run.name}", phase)  # also counts queries that did not change
+    return phase
+
+
+def _observe(run: QueryRun, retry: int) -> Observed:
+    """The spec, its QueryCluster, the engines and the plan asked for; a problem with any of them is
+    written to the status, and ends the reconcile (``Stop``: until the spec changes; ``Retry``)."""
+    env, body = run.env, run.body
+    # the spec (the API server validated its shape; pydantic checks the rest)
     try:
         spec = StreamingQuerySpec.model_validate(body.get("spec") or {})
     except ValidationError as exc:
@@ -105,7 +134,7 @@ def reconcile_query(env: Env, body: dict[str, Any], retry: int = 0) -> str:
         _problem(run, None, Reason.INVALID_SPEC, message, event=EventReason.INVALID_SPEC)
         raise Stop(message) from exc
 
-    # 2. the cluster
+    # the cluster
     cluster_name = spec.cluster_ref.name if spec.cluster_ref else DEFAULT_CLUSTER
     cluster_obj = env.kube.get("QueryCluster", run.ns, cluster_name)
     if cluster_obj is None:
@@ -120,11 +149,10 @@ def reconcile_query(env: Env, body: dict[str, Any], retry: int = 0) -> str:
         _problem(run, spec, Reason.CLUSTER_INVALID, message, {"cluster": cluster_name})
         raise Retry(message, backoff(retry)) from exc
 
-    # 3. the engine and the plan: the pinned ones, unless the user changed what they come from
+    # the engine and the plan: the pinned ones, unless the user changed what they come from
     engs = pinning.engines(run, cluster, cluster_obj)
-    policy = spec.upgrade or cluster.upgrade
     try:
-        desired = pinning.desired_plan(run, spec, engs, policy)
+        desired = pinning.desired_plan(run, spec, engs, spec.upgrade or cluster.upgrade)
     except CompileError as exc:
         first = exc.problems[0]
         message = "; ".join(p.render() if p.line is None else f"{p.field or 'spec.sql'}: {p.render()}"
@@ -133,9 +161,7 @@ def reconcile_query(env: Env, body: dict[str, Any], retry: int = 0) -> str:
         _problem(run, spec, Reason.COMPILE_FAILED, message,
                  {"lastCompileError": error, "cluster": cluster_name}, EventReason.COMPILE_FAILED)
         raise Stop(message) from exc
-    plan = desired.plan
 
-    pinned = run.status.get("plan")
     pinned_service = (run.status.get("identity") or {}).get("serviceId")
     if pinned_service and pinned_service != cluster.service_id:
         # identity is pinned at creation: a changed serviceId must not move a running query's
@@ -143,58 +169,56 @@ def reconcile_query(env: Env, body: dict[str, Any], retry: int = 0) -> str:
         log.warning("%s/%s keeps serviceId %r (cluster now says %r)", run.ns, run.name, pinned_service,
                     cluster.service_id)
         cluster = cluster.model_copy(update={"service_id": pinned_service})
-    base_ctx = QueryContext(namespace=run.ns, name=run.name, uid=meta["uid"], spec=spec, cluster=cluster)
+    base_ctx = QueryContext(namespace=run.ns, name=run.name, uid=body["metadata"]["uid"], spec=spec,
+                            cluster=cluster)
     ctx = pinned_context(base_ctx.on_engine(engs.stable, freeze=engs.stable.template != WORKLOAD_TEMPLATE),
-                         pinned)
+                         run.records.plan)
     layout_problem = builders.standby_storage_problem(ctx, cluster_name)
     if layout_problem is not None:  # a driver layout the state volume cannot carry: touch nothing
         _problem(run, spec, Reason.INVALID_SPEC, layout_problem, {"cluster": cluster_name},
                  EventReason.INVALID_SPEC)
         raise Stop(layout_problem)
+    return Observed(spec, cluster_name, cluster, engs, desired, ctx)
 
-    # 4. Kafka: the sink topic
+
+def _ensure_sink_topic(run: QueryRun, seen: Observed, retry: int) -> None:
+    """The topic the running version writes (a backfill may have moved it off the plan's sink topic)."""
+    spec, cluster = seen.spec, seen.cluster
     try:
-        admin = env.topic_admin(run.ns, cluster)
+        admin = run.env.topic_admin(run.ns, cluster)
         partitions, replication = sink_topic_settings(spec.sink.partitions, spec.sink.replication_factor,
                                                       cluster.kafka)
-        # the topic the running version writes (a backfill may have moved it off the plan's sink topic)
-        result = admin.ensure_topic(ctx.output_topic or plan.sink.topic, partitions, replication)
+        result = admin.ensure_topic(seen.ctx.output_topic or seen.desired.plan.sink.topic, partitions,
+                                    replication)
     except KafkaUnavailable as exc:
         message = f"Kafka at {cluster.kafka.bootstrap_servers} is unreachable: {exc}"
-        _problem(run, spec, Reason.KAFKA_UNREACHABLE, message, {"cluster": cluster_name},
+        _problem(run, spec, Reason.KAFKA_UNREACHABLE, message, {"cluster": seen.cluster_name},
                  EventReason.KAFKA_UNREACHABLE)
         raise Retry(message, backoff(retry)) from exc
     if result.created:
         run.event("Normal", EventReason.TOPIC_CREATED,
                   f"created topic {result.topic!r} ({partitions} partitions, replication {replication})")
 
-    # 5. the rollout state machine, carried out step by step, and the workload objects
-    base_updates: dict[str, Any] = {"cluster": cluster_name, "lastCompileError": None}
-    ready = advance(run, ctx, spec, cluster, desired, engs, base_updates)
-    base_updates.update(_pinned_records(run, desired, engs))
-    if not run.status.get("output") and run.status.get("plan"):  # a query from before status.output
-        topic = live_topic(run.status.get("plan"), run.status.get("versions")) or plan.sink.topic
-        base_updates["output"] = {"topic": topic}
 
-    # 6. observedGeneration, conditions and phase
-    problem = None
-    rollout = run.status.get("rollout")
-    if rollout and rollout.get("step") == Step.REJECTED:
-        problem = StatusProblem(Reason.UPGRADE_REJECTED, rollout.get("message") or "upgrade rejected")
-    elif rollout and rollout.get("step") == Step.FAILED:
-        problem = StatusProblem(Reason.UPGRADE_FAILED, rollout.get("message") or "upgrade failed")
-    elif not rollout and held_back(run.status.get("lastUpgrade"), desired.hash, run.generation,
-                                   engs.desired.compute_digest()):
-        last = run.status["lastUpgrade"]
-        error = (last.get("error") or {})
-        why = (f"{error.get('class')}: {error.get('message')}" if error
-               else last.get("message") or "the gate failed")
-        problem = StatusProblem(Reason.UPGRADE_ROLLED_BACK,
-                                f"the upgrade to plan {desired.hash[:12]} was rolled back ({why}); plan "
-                                f"{run.status['plan']['hash'][:12]} runs; edit the spec to try again")
-    elif not rollout and run.status.get("plan") and not spec.suspend:
-        problem = driver_problem(env, ctx, run.status["plan"]["hash"], ready)
-    run.write(base_updates, _facts(run, spec, problem=problem, driver_ready=ready))
-    phase = str(run.status.get("phase"))
-    env.metrics.phase(f"{run.ns}/{run.name}", phase)  # also counts queries that did not change
-    return phase
+def _standing_problem(run: QueryRun, seen: Observed, ready: bool) -> StatusProblem | None:
+    """What keeps the query Degraded once the rollout executor is done: a refused or failed upgrade,
+    one rolled back that the spec still asks for, or a failing driver."""
+    records = run.records
+    rollout = records.rollout
+    if rollout is not None and rollout.step == Step.REJECTED:
+        return StatusProblem(Reason.UPGRADE_REJECTED, rollout.message or "upgrade rejected")
+    if rollout is not None and rollout.step == Step.FAILED:
+        return StatusProblem(Reason.UPGRADE_FAILED, rollout.message or "upgrade failed")
+    if rollout is not None or records.plan is None:
+        return None
+    last = records.last_upgrade
+    if last is not None and held_back(last, seen.desired.hash, run.generation,
+                                      seen.engines.desired.compute_digest()):
+        why = (f"{last.error.class_}: {last.error.message}" if last.error
+               else last.message or "the gate failed")
+        return StatusProblem(Reason.UPGRADE_ROLLED_BACK,
+                             f"the upgrade to plan {seen.desired.hash[:12]} was rolled back ({why}); plan "
+                             f"{records.plan.hash[:12]} runs; edit the spec to try again")
+    if seen.spec.suspend:
+        return None
+    return driver_problem(run.env, seen.ctx, records.plan.hash, ready)

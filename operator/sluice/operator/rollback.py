@@ -15,6 +15,7 @@ from typing import Any
 from sluice.core.errors import SluiceError
 from sluice.core.naming import QueryNames
 from sluice.core.plan.model import Plan
+from sluice.core.records import QueryRecords
 from sluice.core.rollback import (
     ROLLBACK_DONE,
     ROLLBACK_RESULT,
@@ -74,12 +75,12 @@ def prepare(kube: Kube, obj: dict[str, Any], to: str | None = None,
     from sluice.core.compiler import compile_query as default_compile
 
     compile_spec = compile_query or default_compile
-    meta, status = obj["metadata"], obj.get("status") or {}
-    target, why = choose_target(status, to)
+    meta, records = obj["metadata"], QueryRecords.of(obj.get("status"))
+    target, why = choose_target(records, to)
     cm = find_plan_config_map(kube, meta["namespace"], meta["name"], target)
     if cm is None:
         expected = QueryNames.for_query(meta["name"]).plan_config_map(target)
-        raise RollbackError(missing_config_map(target, expected, status, meta["name"]))
+        raise RollbackError(missing_config_map(target, expected, records, meta["name"]))
     cm_name = str(cm["metadata"]["name"])
     live_spec = obj.get("spec") or {}
     patch = spec_patch(live_spec, kept_spec(cm))

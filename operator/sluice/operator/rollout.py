@@ -15,6 +15,7 @@ from typing import Any
 
 from sluice.core.engine import engine_changes
 from sluice.core.plan.model import Plan
+from sluice.core.records import EngineRef, OutputStatus, PreviousVersion, Rollout
 from sluice.core.replace import backfill_output_topic, previous_version, state_reset_note
 from sluice.core.rollout import (
     HAND_OFF,
@@ -34,14 +35,13 @@ from sluice.core.rollout import (
 from sluice.core.spec import UpgradePolicy
 from sluice.core.status import EventReason, Facts
 from sluice.core.versions import version_record, with_running
-from sluice.crd.engine import Engine
 from sluice.crd.querycluster import QueryClusterSpec
 from sluice.crd.streamingquery import StreamingQuerySpec
 from sluice.operator import backfill, cleanup, upgrade
 from sluice.operator.builders.context import QueryContext
 from sluice.operator.common import QueryRun
-from sluice.operator.pinning import Desired, Engines, plan_of
-from sluice.operator.workload import _converge, _ensure_plan_config_map, _identity_status
+from sluice.operator.pinning import Desired, Engines, engine_of, plan_of
+from sluice.operator.workload import _converge, _ensure_plan_config_map, _identity_status, converge_pinned
 
 log = logging.getLogger("sluice.operator")
 
@@ -74,10 +74,10 @@ class Turn:
         """A rollout ended: act on the version and engine it left pinned from now on (a replace moved
         the version on, an engine upgrade the engine)."""
         run = self.run
-        stable = Engine.model_validate(run.status.get("engine") or self.engines.stable.record()).snapshot()
+        stable = engine_of(run.records.engine) or self.engines.stable
         self.engines = Engines(stable, self.engines.desired, self.engines.waiting)
         frozen = self.ctx.freeze_driver and stable == self.ctx.engine
-        self.ctx = upgrade.pinned_context(self.ctx.on_engine(stable, freeze=frozen), run.status.get("plan"))
+        self.ctx = upgrade.pinned_context(self.ctx.on_engine(stable, freeze=frozen), run.records.plan)
 
 
 def advance(run: QueryRun, ctx: QueryContext, spec: StreamingQuerySpec, cluster: QueryClusterSpec,
@@ -109,8 +109,9 @@ def advance(run: QueryRun, ctx: QueryContext, spec: StreamingQuerySpec, cluster:
         if spec.suspend and turn.engines.changes and _adopt_engine(run, desired, turn.engines):
             turn.engines = Engines(turn.engines.desired, turn.engines.desired)
             turn.ctx = turn.ctx.on_engine(turn.engines.desired)
-        action = next_action(run.status.get("plan"), run.status.get("rollout"), desired.hash,
-                             run.status.get("lastUpgrade"), run.generation,
+        records = run.records
+        action = next_action(records.plan, records.rollout, desired.hash, records.last_upgrade,
+                             run.generation,
                              engine=turn.engines.desired.compute_digest(),
                              pinned_engine=_pinned_engine(run, turn.engines))
         log.debug("%s/%s: %s", run.ns, run.name, action.kind)
@@ -130,7 +131,7 @@ def _act_create(turn: Turn, action: Action) -> bool:
 def _act_resume(turn: Turn, action: Action) -> bool:
     d = turn.desired
     turn.ready = _resume(turn.run, turn.ctx, d.plan, d.hash, d.plan.to_json(), action, turn.policy)
-    if turn.run.status.get("rollout") is not None:
+    if turn.run.records.rollout is not None:
         return True  # still in flight: the gate (or the next step) waits
     turn.moved_on()
     return False
@@ -138,21 +139,23 @@ def _act_resume(turn: Turn, action: Action) -> bool:
 
 def _act_revert(turn: Turn, action: Action) -> bool:
     run, ctx = turn.run, turn.ctx
-    turn.ready = upgrade.start_rollback(run, ctx, action.rollout or {}, upgrade.read_lease(run, ctx),
+    assert action.rollout is not None  # a revert is of the rollout in flight
+    turn.ready = upgrade.start_rollback(run, ctx, action.rollout, upgrade.read_lease(run, ctx),
                                         why_failed="", error=None, cancelled=True)
-    return run.status.get("rollout") is not None  # done unless the stable plan already runs again
+    return run.records.rollout is not None  # done unless the stable plan already runs again
 
 
 def _act_classify(turn: Turn, action: Action) -> bool:
     run, ctx = turn.run, turn.ctx
     if cleanup.discard_pending(run):  # a rolled-back version's leftovers go before a new rollout
-        turn.ready = _converge(run, ctx, run.status["plan"]["hash"], run.status["plan"]["configMap"])
+        turn.ready = converge_pinned(run, ctx)
         cleanup.clean_up(run, ctx, turn.cluster)
         return True
     turn.ready = _classify(run, ctx, turn.spec, turn.cluster, turn.desired, turn.engines, turn.base,
                            action.from_hash)
     # an upgrade that starts takes another turn to be carried out; one that waits or is refused not
-    return run.status.get("rollout", {}).get("step") not in (Step.APPLYING, Step.BACKFILLING)
+    rollout = run.records.rollout
+    return rollout is None or rollout.step not in (Step.APPLYING, Step.BACKFILLING)
 
 
 def _act_cancel(turn: Turn, action: Action) -> bool:
@@ -161,12 +164,12 @@ def _act_cancel(turn: Turn, action: Action) -> bool:
 
 
 def _act_wait(turn: Turn, action: Action) -> bool:
-    rollout = action.rollout or {}
-    if rollout.get("step") != Step.FAILED:
+    rollout = action.rollout
+    if rollout is None or rollout.step != Step.FAILED:
         return _act_steady(turn, action)
     ctx = upgrade.rollout_context(turn.ctx, rollout)  # a failed rollout stays on its target
-    turn.ready = _converge(turn.run, ctx, rollout["targetHash"],
-                           rollout["targetConfigMap"] or ctx.names.plan_config_map(rollout["targetHash"]))
+    turn.ready = _converge(turn.run, ctx, rollout.target_hash,
+                           rollout.target_config_map or ctx.names.plan_config_map(rollout.target_hash))
     return True
 
 
@@ -174,7 +177,7 @@ def _act_steady(turn: Turn, action: Action) -> bool:
     """Keep the workload converged on the pinned plan; with nothing in flight, what retired versions
     left may go."""
     run, ctx = turn.run, turn.ctx
-    turn.ready = _converge(run, ctx, run.status["plan"]["hash"], run.status["plan"]["configMap"])
+    turn.ready = converge_pinned(run, ctx)
     if action.kind in ("steady", "held"):
         cleanup.clean_up(run, ctx, turn.cluster)
     return True
@@ -191,36 +194,36 @@ def _adopt_engine(run: QueryRun, desired: Desired, engines: Engines) -> bool:
     to warm up or to pass a gate (the drivers start on it when the query resumes). Only when its
     plan stays: a plan the new engine needs re-derived is classified like any change. Returns
     whether it did."""
-    pinned = run.status.get("plan") or {}
-    if run.status.get("rollout") is not None or pinned.get("hash") != desired.hash:
+    records = run.records
+    if records.rollout is not None or records.plan is None or records.plan.hash != desired.hash:
         return False
     old, new = engines.stable.compute_digest(), engines.desired.compute_digest()
     now = run.env.clock()
-    same_plan = {"targetHash": desired.hash, "category": "transparent", "decision": "in-place"}
-    taken = upgrade_record(from_hash=desired.hash, rollout=same_plan, outcome=str(Outcome.IN_PROGRESS),
-                           now=now, generation=run.generation,
+    taken = upgrade_record(from_hash=desired.hash, to_hash=desired.hash, category="transparent",
+                           decision="in-place", outcome=str(Outcome.IN_PROGRESS), now=now,
+                           generation=run.generation,
                            reasons=["the query is suspended: it takes the QueryCluster's engine at once, its "
                                     "drivers start on it when it resumes"],
                            changes=[], from_engine=old, to_engine=new, cause="cluster")
     record = finished_record(taken, Outcome.SUCCEEDED, now)
     run.write({"engine": engines.desired.record(), "lastUpgrade": record,
-               "history": with_history(run.status.get("history"), record)})
+               "history": with_history(records.history, record)})
     run.event("Normal", EventReason.UPGRADE_SUCCEEDED,
               f"engine {old[:12]} -> {new[:12]} taken while suspended")
     return True
 
 
 def _pinned_engine(run: QueryRun, engines: Engines) -> str:
-    recorded = run.status.get("engine")
-    return str((recorded or {}).get("digest") or engines.stable.compute_digest())
+    recorded = run.records.engine
+    return (recorded.digest if recorded is not None else "") or engines.stable.compute_digest()
 
 
 def _cancel(run: QueryRun) -> None:
-    record = run.status.get("lastUpgrade")
+    records = run.records
     updates: dict[str, Any] = {"rollout": None}
-    if record:
-        done = finished_record(record, Outcome.CANCELLED, run.env.clock())
-        updates.update(lastUpgrade=done, history=with_history(run.status.get("history"), done))
+    done = finished_record(records.last_upgrade, Outcome.CANCELLED, run.env.clock())
+    if done is not None:
+        updates.update(lastUpgrade=done, history=with_history(records.history, done))
     run.write(updates)
     run.event("Normal", EventReason.UPGRADE_CANCELLED, "the spec is back at the running plan")
 
@@ -229,8 +232,8 @@ def _create(run: QueryRun, ctx: QueryContext, desired: Desired, engines: Engines
             base: dict[str, Any]) -> bool:
     plan_hash = desired.hash
     cm_name = ctx.names.plan_config_map(plan_hash)
-    rollout = {**creation_rollout(plan_hash, cm_name, run.env.clock()),
-               "targetInputs": desired.inputs.to_dict()}
+    rollout = creation_rollout(plan_hash, cm_name, run.env.clock()).model_copy(
+        update={"target_inputs": desired.inputs})
     # write-ahead: the target plan and engine and the step, before anything that uses them exists
     run.write({**base, "rollout": rollout, "identity": _identity_status(ctx),
                "engine": engines.stable.record()},
@@ -239,20 +242,20 @@ def _create(run: QueryRun, ctx: QueryContext, desired: Desired, engines: Engines
 
 
 def _finish(run: QueryRun, ctx: QueryContext, plan: Plan | None, plan_hash: str, plan_json: str | None,
-            rollout: dict[str, Any]) -> bool:
+            rollout: Rollout) -> bool:
     """Carry out the Deploying rollout (the first deployment) and pin its plan."""
-    cm_name = rollout["targetConfigMap"]
+    cm_name = str(rollout.target_config_map)
     if plan_json is not None:
         _ensure_plan_config_map(run, ctx, plan_hash, plan_json)
-    ready = _converge(run, ctx, rollout["targetHash"], cm_name, fresh=True)
+    ready = _converge(run, ctx, rollout.target_hash, cm_name, fresh=True)
     # the phase follows in the same write: a pinned plan never shows as Pending
     updates: dict[str, Any] = {"plan": completed_plan(rollout, plan.version if plan else None),
                                "rollout": None}
-    if plan is not None and not run.status.get("output"):
-        updates["output"] = {"topic": plan.sink.topic, "since": rollout["started"]}
+    if plan is not None and run.records.output is None:
+        updates["output"] = OutputStatus(topic=plan.sink.topic, since=rollout.started)
     if plan is not None:
-        updates["versions"] = with_running(run.status.get("versions"), version_record(
-            ctx.identity, plan, plan_hash, cm_name, rollout["started"]), run.env.clock())
+        updates["versions"] = with_running(run.records.versions, version_record(
+            ctx.identity, plan, plan_hash, cm_name, rollout.started), run.env.clock())
     run.write(updates,
               Facts(generation=run.generation, suspended=ctx.spec.suspend, plan_pinned=True,
                     driver_ready=ready))
@@ -264,9 +267,9 @@ def _finish(run: QueryRun, ctx: QueryContext, plan: Plan | None, plan_hash: str,
 
 def _resume(run: QueryRun, ctx: QueryContext, plan: Plan, plan_hash: str, plan_json: str,
             action: Action, policy: UpgradePolicy) -> bool:
-    rollout = action.rollout or {}
-    step = rollout.get("step")
-    target = rollout.get("targetHash")
+    rollout = action.rollout
+    assert rollout is not None  # resumed: the rollout in flight
+    step, target = rollout.step, rollout.target_hash
     if step == Step.DEPLOYING:
         if target == plan_hash:
             return _finish(run, ctx, plan, plan_hash, plan_json, rollout)
@@ -274,11 +277,11 @@ def _resume(run: QueryRun, ctx: QueryContext, plan: Plan, plan_hash: str, plan_j
         run.write({"rollout": None})
         return False
     if step == Step.APPLYING:
-        cm = run.env.kube.get("ConfigMap", run.ns, rollout.get("targetConfigMap") or "")
+        cm = run.env.kube.get("ConfigMap", run.ns, rollout.target_config_map or "")
         if cm is None:
             if target != plan_hash:  # never started, and the spec moved on: forget it, re-plan
                 run.write({"rollout": None, "lastUpgrade": finished_record(
-                    run.status.get("lastUpgrade"), Outcome.CANCELLED, run.env.clock())})
+                    run.records.last_upgrade, Outcome.CANCELLED, run.env.clock())})
                 return False
             _ensure_plan_config_map(run, ctx, plan_hash, plan_json)
         return upgrade.switch(run, ctx, rollout)
@@ -298,14 +301,16 @@ def _resume(run: QueryRun, ctx: QueryContext, plan: Plan, plan_hash: str, plan_j
 def _classify(run: QueryRun, ctx: QueryContext, spec: StreamingQuerySpec, cluster: QueryClusterSpec,
               desired: Desired, engines: Engines, base: dict[str, Any], from_hash: str | None) -> bool:
     plan, plan_hash, plan_json = desired.plan, desired.hash, desired.plan.to_json()
-    pinned = run.status["plan"]
+    records = run.records
+    pinned = records.plan
+    assert pinned is not None  # classified against the plan that runs
     policy = spec.upgrade or cluster.upgrade
-    running = run.status.get("rollout") if from_hash != pinned["hash"] else None
-    from_cm_name = (running or {}).get("targetConfigMap") or pinned["configMap"]
+    running = records.rollout if from_hash != pinned.hash else None
+    from_cm_name = (running.target_config_map if running else None) or pinned.config_map
     old = plan_of(run, from_cm_name)
     # the engine the workload runs: a rollout that failed its gate (rollback Never) left its own
-    deployed_engine = upgrade.rollout_engine(running) or Engine.model_validate(
-        run.status.get("engine") or engines.stable.record()).snapshot()
+    deployed_engine = (upgrade.rollout_engine(running) or engine_of(records.engine)
+                       or engines.stable.snapshot())
     to_engine = engines.desired.compute_digest()
     engine_moves = deployed_engine.compute_digest() != to_engine
     extra = engine_changes(deployed_engine.facts(), engines.desired.facts()) if engine_moves else []
@@ -327,53 +332,56 @@ def _classify(run: QueryRun, ctx: QueryContext, spec: StreamingQuerySpec, cluste
     output_topic: str | None = None
     if old is not None and decision == "replace":
         ident = basis.identity
-        previous = previous_version(version=basis.plan_version, plan=old,
-                                    plan_hash=str(from_hash or pinned["hash"]),
-                                    checkpoint=ident.checkpoint_path, consumer_group=ident.consumer_group,
-                                    transactional_id=ident.transactional_id,
-                                    output_topic=basis.output_topic).to_dict()
+        previous = PreviousVersion.model_validate(previous_version(
+            version=basis.plan_version, plan=old, plan_hash=str(from_hash or pinned.hash),
+            checkpoint=ident.checkpoint_path, consumer_group=ident.consumer_group,
+            transactional_id=ident.transactional_id, output_topic=basis.output_topic).to_dict())
         output_topic = _replace_output_topic(basis, old, plan, policy.replace_strategy)
-    rollout = classified_rollout(pinned={**pinned, "version": basis.plan_version}, target_hash=plan_hash,
+    rollout = classified_rollout(pinned=pinned.model_copy(update={"version": basis.plan_version}),
+                                 target_hash=plan_hash,
                                  target_config_map=cm_name, category=category, decision=decision,
                                  from_hash=from_hash, allow_replace=policy.allow_replace, now=now,
                                  replace_strategy=policy.replace_strategy, previous=previous,
                                  replace_note=state_reset_note(plan) if decision == "replace" else "",
                                  output_topic=output_topic, backfill_from=policy.backfill_from,
                                  max_lag_records=policy.max_lag_records)
-    rollout["targetInputs"] = desired.inputs.to_dict()
+    update: dict[str, Any] = {"target_inputs": desired.inputs}
     if engine_moves:
-        rollout.update(targetEngine=engines.desired.record(), fromEngine=deployed_engine.compute_digest())
-    if rollout["step"] == Step.APPLYING:
+        update.update(target_engine=EngineRef.model_validate(engines.desired.record()),
+                      from_engine=deployed_engine.compute_digest())
+    if rollout.step == Step.APPLYING:
         # the Lease term count before anything moves: only a term after it passes the gate
         lease = upgrade.read_lease(run, ctx)
-        rollout["startEpoch"] = lease.transitions if lease is not None else 0
+        update["start_epoch"] = lease.transitions if lease is not None else 0
+    rollout = rollout.model_copy(update=update)
     cause = "cluster" if engine_moves else desired.cause
-    record = upgrade_record(from_hash=from_hash, rollout=rollout, outcome=outcome_of(rollout["step"]),
-                            reasons=reasons, changes=changes, now=now, generation=run.generation,
+    record = upgrade_record(from_hash=from_hash, to_hash=rollout.target_hash, category=rollout.category,
+                            decision=rollout.decision, outcome=outcome_of(rollout.step), reasons=reasons,
+                            changes=changes, now=now, generation=run.generation,
                             from_engine=deployed_engine.compute_digest(), to_engine=to_engine, cause=cause)
     if is_replace(rollout):  # what the replace will do and cost, until it ends
-        record["message"] = rollout["message"]
+        record = record.model_copy(update={"message": rollout.message})
     updates: dict[str, Any] = {**base, "rollout": rollout, "lastUpgrade": record}
-    if record["outcome"] == Outcome.REJECTED:
-        updates["history"] = with_history(run.status.get("history"), record)
+    if record.outcome == Outcome.REJECTED:
+        updates["history"] = with_history(records.history, record)
     run.write(updates)  # write-ahead
     summary = f"{category} change: {decision}" + (f" ({reasons[0]})" if reasons else "")
     run.event("Normal", EventReason.UPGRADE_CLASSIFIED, summary)
-    if rollout["step"] == Step.AWAITING_UPGRADE:
-        run.event("Normal", EventReason.UPGRADE_PENDING, rollout["message"])
-    elif rollout["step"] == Step.REJECTED:
-        run.event("Warning", EventReason.UPGRADE_REJECTED, rollout["message"] + f": {summary}")
-    if rollout["step"] in (Step.APPLYING, Step.BACKFILLING):
+    if rollout.step == Step.AWAITING_UPGRADE:
+        run.event("Normal", EventReason.UPGRADE_PENDING, rollout.message)
+    elif rollout.step == Step.REJECTED:
+        run.event("Warning", EventReason.UPGRADE_REJECTED, rollout.message + f": {summary}")
+    if rollout.step in (Step.APPLYING, Step.BACKFILLING):
         _ensure_plan_config_map(run, ctx, plan_hash, plan_json)
-        kind = f"replace with {rollout['replaceStrategy']}" if is_replace(rollout) else "in-place upgrade"
+        kind = f"replace with {rollout.replace_strategy}" if is_replace(rollout) else "in-place upgrade"
         what = f"engine {deployed_engine.compute_digest()[:12]} -> {to_engine[:12]}, " if engine_moves else ""
         run.event("Normal", EventReason.UPGRADE_STARTED,
-                  f"{kind} {what}plan {str(from_hash)[:12]} -> {plan_hash[:12]}: {rollout['message']}")
+                  f"{kind} {what}plan {str(from_hash)[:12]} -> {plan_hash[:12]}: {rollout.message}")
         return False
     # waiting or rejected: the workload stays on the plan it runs
     deployed_cm = from_cm_name
     return _converge(run, upgrade.rollout_context(ctx, running) if running else ctx,
-                     str(from_hash or pinned["hash"]), deployed_cm)
+                     str(from_hash or pinned.hash), deployed_cm)
 
 
 def _replace_output_topic(basis: QueryContext, old: Plan, new: Plan, strategy: str) -> str | None:

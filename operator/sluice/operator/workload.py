@@ -58,3 +58,10 @@ def _converge(run: QueryRun, ctx: QueryContext, plan_hash: str, config_map: str,
     if ctx.driver_replicas == 0:
         return False
     return driverlease.active_ready(kube, ctx.namespace, lease)
+
+
+def converge_pinned(run: QueryRun, ctx: QueryContext) -> bool:
+    """Keep the workload on the pinned plan; returns whether the active driver is ready."""
+    pinned = run.records.plan
+    assert pinned is not None  # only called once a plan is pinned
+    return _converge(run, ctx, pinned.hash, pinned.config_map)

@@ -21,6 +21,7 @@ from sluice.core.spec import QuerySpec
 from sluice.crd.querycluster import QueryClusterSpec
 from sluice.crd.streamingquery import StreamingQuerySpec
 
+from tests.support import records
 from tests.support.upgrade_corpus import load, pair_files
 
 MODELS = SpecModels(query=StreamingQuerySpec, cluster=QueryClusterSpec)
@@ -278,9 +279,11 @@ def _in_flight(step: str) -> tuple[dict[str, Any], RunningPlan, RunningPlan]:
     stable, stable_plan = pinned(query())
     target, target_plan = pinned(query(SQL.replace("FROM orders", "FROM orders WHERE amount > 3")))
     obj = copy.deepcopy(target)
-    obj["status"] = {**stable["status"], "rollout": {
-        "step": step, "targetHash": target["status"]["plan"]["hash"], "targetPlanVersion": 1,
-        "targetConfigMap": target_plan.config_map, "decision": "in-place", "strategy": "in-place"}}
+    rollout = records.rollout(step, target["status"]["plan"]["hash"], targetPlanVersion=1,
+                              targetConfigMap=target_plan.config_map,
+                              fromHash=stable["status"]["plan"]["hash"], category="data-selection",
+                              decision="in-place", strategy="in-place")
+    obj["status"] = {**stable["status"], "rollout": rollout.for_storage()}
     return obj, stable_plan, target_plan
 
 

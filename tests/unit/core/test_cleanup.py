@@ -18,20 +18,25 @@ from sluice.core.cleanup import (
     refusal,
 )
 from sluice.core.cleanup import topics_to_delete as topics
+from sluice.core.records import VersionRecord
 from sluice.core.spec import CleanupPolicy, parse_duration
 from sluice.crd.streamingquery import StreamingQuerySpec
 from sluice_runtime.cleanup import remove
+
+from tests.support import records
 
 NOW = dt.datetime(2026, 1, 2, tzinfo=dt.UTC)
 BASE = "/var/lib/sluice/state/s/ns/q"
 
 
-def version(n: int, state: str = "Retired", retired: dt.datetime | None = None, **extra: object) -> dict:
-    out = {"version": n, "state": state, "checkpointPath": f"{BASE}/v{n}", "consumerGroup": f"s.ns.q.v{n}",
-           "outputTopic": "out", "deadLetterTopics": ["out.dlq"], "configMap": f"q-plan-{n:012d}", **extra}
+def version(n: int, state: str = "Retired", retired: dt.datetime | None = None,
+            **extra: object) -> VersionRecord:
+    out: dict[str, object] = {
+        "checkpointPath": f"{BASE}/v{n}", "consumerGroup": f"s.ns.q.v{n}", "outputTopic": "out",
+        "deadLetterTopics": ["out.dlq"], "configMap": f"q-plan-{n:012d}", **extra}
     if state == "Retired":
         out["retiredAt"] = (retired or NOW - dt.timedelta(hours=30)).strftime("%Y-%m-%dT%H:%M:%SZ")
-    return out
+    return records.version(n, state, **out)
 
 
 def test_durations() -> None:
@@ -54,12 +59,12 @@ def test_the_newest_retired_versions_are_kept_the_older_ones_fall_due_after_rete
     versions = [version(4, "Running"), version(3), version(2),
                 version(1, retired=NOW - dt.timedelta(hours=1))]
     decided = plan_cleanup(versions, CleanupPolicy(retain_versions=1, retention="24h"), NOW)
-    assert [v["version"] for v in decided.kept] == [4, 3]
-    assert [v["version"] for v in decided.due] == [2]  # version 1 retired an hour ago: not yet
+    assert [v.version for v in decided.kept] == [4, 3]
+    assert [v.version for v in decided.due] == [2]  # version 1 retired an hour ago: not yet
     assert decided.next_due == NOW + dt.timedelta(hours=23)
     # nothing retired is kept with retainVersions 0; nothing is due before its retention
     decided = plan_cleanup(versions, CleanupPolicy(retain_versions=0, retention="2h"), NOW)
-    assert [v["version"] for v in decided.due] == [2, 3] and decided.next_due == NOW + dt.timedelta(hours=1)
+    assert [v.version for v in decided.due] == [2, 3] and decided.next_due == NOW + dt.timedelta(hours=1)
     # the running version is never due, whatever the policy
     only = plan_cleanup([version(1, "Running")], CleanupPolicy(retain_versions=0, retention="0s"), NOW)
     assert only.due == [] and only.next_due is None

@@ -9,11 +9,13 @@ from typing import Any
 import pytest
 from sluice.core import rollback
 from sluice.core.compiler import compile_query
+from sluice.core.records import QueryRecords, UpgradeRecord
 from sluice.core.rollback import RollbackError
 from sluice.core.spec import QuerySpec
 from sluice.crd.streamingquery import StreamingQuerySpec
 from sluice.operator import builders
 
+from tests.support import records
 from tests.support.operator_fixtures import SQL, context, query_spec
 
 SQL_WHERE = SQL.replace("FROM orders", "FROM orders WHERE amount > 10")
@@ -21,9 +23,8 @@ A, B, C = "a" * 64, "b" * 64, "c" * 64
 T1 = "2026-01-01T00:05:00Z"
 
 
-def record(from_hash: str, to_hash: str, outcome: str = "Succeeded") -> dict[str, Any]:
-    return {"fromHash": from_hash, "toHash": to_hash, "category": "data-selection", "decision": "in-place",
-            "outcome": outcome, "time": T1}
+def record(from_hash: str, to_hash: str, outcome: str = "Succeeded") -> UpgradeRecord:
+    return records.upgrade(to_hash, outcome, fromHash=from_hash, category="data-selection", time=T1)
 
 
 def test_a_request_waits_until_the_operator_marks_it_done() -> None:
@@ -40,17 +41,17 @@ def test_a_request_waits_until_the_operator_marks_it_done() -> None:
 
 def test_every_step_whose_edit_can_be_undone_returns_to_the_plan_it_started_from() -> None:
     for step in sorted(rollback.UNDONE_STEPS):
-        status = {"plan": {"hash": B}, "rollout": {"step": step, "fromHash": B, "targetHash": C},
-                  "history": [record(A, B)]}
+        status = QueryRecords(plan=records.pinned(B), rollout=records.rollout(step, C, fromHash=B),
+                              history=[record(A, B)])
         assert rollback.choose_target(status)[0] == B, step
     # a rollout that is deploying a first plan or done undoes nothing: back before the newest upgrade
-    status = {"plan": {"hash": B}, "rollout": {"step": "Deploying", "fromHash": None, "targetHash": B},
-              "history": [record(A, B)]}
+    status = QueryRecords(plan=records.pinned(B), rollout=records.rollout("Deploying", B, fromHash=None),
+                          history=[record(A, B)])
     assert rollback.choose_target(status)[0] == A
 
 
 def test_why_a_plan_config_map_is_missing() -> None:
-    status = {"plan": {"hash": B}, "history": [record(A, B)]}
+    status = QueryRecords(plan=records.pinned(B), history=[record(A, B)])
     gone = rollback.missing_config_map(A, "m", status, "totals")
     assert "is gone: the clean-up of retired versions" in gone
     assert "names no such plan" in rollback.missing_config_map(C, "m", status, "totals")
@@ -58,22 +59,23 @@ def test_why_a_plan_config_map_is_missing() -> None:
 
 
 def test_the_plan_to_return_to() -> None:
-    status = {"plan": {"hash": B}, "history": [record(A, B), record(C, A)]}
+    status = QueryRecords(plan=records.pinned(B), history=[record(A, B), record(C, A)])
     assert rollback.choose_target(status, None)[0] == A
     assert rollback.choose_target(status, "cccc")[0] == C
     assert rollback.choose_target(status, "d" * 12)[0] == "d" * 12  # looked up by its ConfigMap anyway
     # an upgrade in flight or waiting: back to the plan that ran when it began (the edit back cancels it)
-    flight = {**status, "rollout": {"step": "Verifying", "fromHash": B, "targetHash": C}}
+    flight = status.model_copy(update={"rollout": records.rollout("Verifying", C, fromHash=B)})
     target, why = rollback.choose_target(flight, None)
     assert target == B and "Verifying" in why
     with pytest.raises(RollbackError, match="no upgrade history"):
-        rollback.choose_target({"plan": {"hash": B}}, None)
+        rollback.choose_target(QueryRecords(plan=records.pinned(B)), None)
     with pytest.raises(RollbackError, match="expected a plan hash"):
         rollback.choose_target(status, "not-a-hash")
     with pytest.raises(RollbackError, match="no plan of the query's status"):
         rollback.choose_target(status, "dddd")
     with pytest.raises(RollbackError, match="several plans"):
-        rollback.choose_target({"history": [record("abcd1" + "1" * 59, "abcd2" + "2" * 59)]}, "abcd")
+        rollback.choose_target(QueryRecords(history=[record("abcd1" + "1" * 59, "abcd2" + "2" * 59)]),
+                               "abcd")
 
 
 def kept_of(spec: dict[str, Any]) -> dict[str, Any]:

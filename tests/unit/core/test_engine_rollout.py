@@ -17,18 +17,20 @@ from sluice.core.driverreport import (
     pending_restore,
 )
 from sluice.core.election import LeaseRecord
+from sluice.core.records import Rollout
 from sluice.core.rollout import Outcome, Step, held_back, next_action, target_engine
+
+from tests.support.records import pinned, rollout, upgrade
 
 A, B = "a" * 64, "b" * 64
 E1, E2 = "1" * 64, "2" * 64
-PINNED = {"hash": A, "version": 1, "configMap": "q-plan-aaaaaaaaaaaa"}
+PINNED = pinned(A)
 T0 = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
 
 
-def engine_rollout(step: Step = Step.VERIFYING) -> dict[str, Any]:
-    return {"targetHash": A, "targetConfigMap": PINNED["configMap"], "targetPlanVersion": 1,
-            "step": str(step), "targetEngine": {"digest": E2, "image": "rt:2"}, "fromEngine": E1,
-            "started": "2026-01-01T00:00:00Z"}
+def engine_rollout(step: Step = Step.VERIFYING) -> Rollout:
+    return rollout(step, A, targetConfigMap=PINNED.config_map, targetPlanVersion=1,
+                   targetEngine={"digest": E2, "image": "rt:2"}, fromEngine=E1)
 
 
 def test_a_new_engine_is_classified_even_when_the_plan_stays() -> None:
@@ -38,28 +40,28 @@ def test_a_new_engine_is_classified_even_when_the_plan_stays() -> None:
 
 
 def test_an_engine_rollout_resumes_and_is_reverted_when_the_cluster_goes_back() -> None:
-    rollout = engine_rollout()
-    assert target_engine(rollout, E1) == E2 and target_engine({"targetHash": B}, E1) == E1
-    assert next_action(PINNED, rollout, A, engine=E2, pinned_engine=E1).kind == "resume"
-    assert next_action(PINNED, rollout, A, engine=E1, pinned_engine=E1).kind == "revert"
+    moving = engine_rollout()
+    assert target_engine(moving, E1) == E2 and target_engine(rollout(Step.VERIFYING, B), E1) == E1
+    assert next_action(PINNED, moving, A, engine=E2, pinned_engine=E1).kind == "resume"
+    assert next_action(PINNED, moving, A, engine=E1, pinned_engine=E1).kind == "revert"
 
 
 def test_an_edit_back_at_the_stable_plan_cancels_a_plan_rollout_though_a_new_engine_waits() -> None:
-    plan_rollout = {"targetHash": B, "step": str(Step.VERIFYING)}
+    plan_rollout = rollout(Step.VERIFYING, B)
     # the spec went back to A while the cluster admitted engine E2: the rollout to B is obsolete
     assert next_action(PINNED, plan_rollout, A, engine=E2, pinned_engine=E1).kind == "revert"
     # a rollout of both, of which the engine is still asked for: obsolete too (the engine comes next)
-    both = {**engine_rollout(), "targetHash": B}
+    both = engine_rollout().model_copy(update={"target_hash": B})
     assert next_action(PINNED, both, A, engine=E2, pinned_engine=E1).kind == "revert"
     assert next_action(PINNED, both, B, engine=E2, pinned_engine=E1).kind == "resume"
 
 
 def test_a_rolled_back_engine_is_held_until_the_spec_or_the_engine_changes() -> None:
-    last = {"toHash": A, "toEngine": E2, "outcome": Outcome.ROLLED_BACK, "generation": 3}
+    last = upgrade(A, Outcome.ROLLED_BACK, toEngine=E2, generation=3)
     assert held_back(last, A, 3, E2) and not held_back(last, A, 4, E2) and not held_back(last, A, 3, "3" * 64)
     assert next_action(PINNED, None, A, last, 3, engine=E2, pinned_engine=E1).kind == "held"
     # records from before engines were recorded: the plan alone decides
-    assert held_back({**last, "toEngine": None}, A, 3, E2)
+    assert held_back(last.model_copy(update={"to_engine": None}), A, 3, E2)
 
 
 def lease(progress: Progress, holder: str = "q-driver-x/1", transitions: int = 5) -> LeaseRecord:

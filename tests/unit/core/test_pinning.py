@@ -3,6 +3,8 @@ changes and the re-plan on offer."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from sluice.core import pinning, sparkversion
 from sluice.core.classify import classify
@@ -12,7 +14,7 @@ from sluice.core.errors import CompileError
 from sluice.core.plan import meaning
 from sluice.core.spec import QuerySpec, UpgradePolicy
 
-QUERY = {
+QUERY: dict[str, Any] = {
     "sources": [{"name": "orders", "topic": "orders", "schema": [
         {"name": "customer", "type": "string"}, {"name": "amount", "type": "double"}]}],
     "sql": "SELECT customer, amount FROM orders WHERE amount > 0",
@@ -185,7 +187,7 @@ def test_the_replan_record_says_what_carrying_it_out_would_be() -> None:
     old = compile_query(query())
     new = compile_query(query(sources=[{**QUERY["sources"][0], "maxOffsetsPerTrigger": 100}]))
     record = pinning.replan_record(classify(old, new), new.hash, "0.2.0")
-    assert record["hash"] == new.hash and record["decision"] == "in-place"
-    assert record["compiler"] == "0.2.0" and pinning.REPLAN_ANNOTATION in record["message"]
+    assert record.hash == new.hash and record.decision == "in-place"
+    assert record.compiler == "0.2.0" and pinning.REPLAN_ANNOTATION in record.message
     refused = pinning.refused_record("line 1: nope", "0.2.0")
-    assert refused["decision"] == "reject" and refused["hash"] == ""
+    assert refused.decision == "reject" and refused.hash == ""

@@ -10,6 +10,7 @@ from sluice.core.compiler import compile_query
 from sluice.core.manifest import parse_manifest
 from sluice.core.naming import QueryIdentity
 from sluice.core.plan.model import Plan
+from sluice.core.records import PreviousVersion as PreviousRecord
 from sluice.core.replace import (
     PreviousVersion,
     PreviousVersionError,
@@ -30,16 +31,18 @@ from sluice.core.rollout import (
 )
 from sluice.core.versions import dead_letter_topics, version_record, with_running
 
-from tests.support import paths
+from tests.support import paths, records
 from tests.support.classify_plans import agg_plan, join_plan, stateless_plan
 
 CORPUS = paths.CORPUS / "compile" / "valid"
 T0, T1 = "2026-01-01T00:00:00Z", "2026-01-01T01:00:00Z"
 A, B = "a" * 64, "b" * 64
-PINNED_A = {"hash": A, "version": 1, "configMap": "q-plan-aaaaaaaaaaaa"}
+PINNED_A = records.pinned(A)
 PREVIOUS = PreviousVersion(version=1, plan_hash=A, checkpoint="/var/lib/sluice/state/s/ns/q/v1",
                            consumer_group="s.ns.q.v1", transactional_id="s.ns.q.v1.tx", sink_topic="out",
                            exactly_once=True)
+#: the same version as the status records it (``status.rollout.previous``, ``status.plan.handOffFrom``)
+PREVIOUS_RECORD = PreviousRecord.model_validate(PREVIOUS.to_dict())
 
 # an offsets log as Spark writes it: version, batch metadata, one line per source
 OFFSETS_LOG = "\n".join([
@@ -118,21 +121,22 @@ def test_a_replace_with_hand_off_is_carried_out_on_the_next_version() -> None:
     assert executes_automatically("topology", "replace", "backfill")
     assert not executes_automatically("topology", "replace", None)
     r = classified_rollout(pinned=PINNED_A, target_hash=B, target_config_map="q-plan-b", category="topology",
-                           decision="replace", allow_replace=True, now=T0, previous=PREVIOUS.to_dict(),
+                           decision="replace", allow_replace=True, now=T0, previous=PREVIOUS_RECORD,
                            replace_note="state starts empty: running aggregates restart from zero")
-    assert r["step"] == Step.APPLYING and r["strategy"] == "replace" and r["targetPlanVersion"] == 2
-    assert r["replaceStrategy"] == "handOff" and r["previous"] == PREVIOUS.to_dict()
-    assert "running aggregates restart from zero" in r["message"]
-    assert completed_plan(r)["handOffFrom"] == PREVIOUS.to_dict()
+    assert r.step == Step.APPLYING and r.strategy == "replace" and r.target_plan_version == 2
+    assert r.replace_strategy == "handOff" and r.previous == PREVIOUS_RECORD
+    assert r.for_storage()["previous"] == PREVIOUS.to_dict()
+    assert "running aggregates restart from zero" in r.message
+    assert completed_plan(r).for_storage()["handOffFrom"] == PREVIOUS.to_dict()
     # without the running version's plan there is nothing to start after; a forbidden replace is refused
     waiting = classified_rollout(pinned=PINNED_A, target_hash=B, target_config_map="q-plan-b",
                                  category="topology", decision="replace", allow_replace=True, now=T0,
                                  replace_strategy="backfill", previous=None)
-    assert waiting["step"] == Step.AWAITING_UPGRADE and "missing" in waiting["message"]
+    assert waiting.step == Step.AWAITING_UPGRADE and "missing" in waiting.message
     refused = classified_rollout(pinned=PINNED_A, target_hash=B, target_config_map="q-plan-b",
                                  category="topology", decision="replace", allow_replace=False, now=T0,
-                                 previous=PREVIOUS.to_dict())
-    assert refused["step"] == Step.REJECTED
+                                 previous=PREVIOUS_RECORD)
+    assert refused.step == Step.REJECTED
 
 
 def test_a_failed_replace_resumes_the_old_version_on_its_own_checkpoint() -> None:
@@ -147,11 +151,11 @@ def identity(version: int) -> QueryIdentity:
 def test_the_inventory_retires_the_version_a_replace_ends() -> None:
     plan = agg_plan()
     v1 = version_record(identity(1), plan, A, "q-plan-a", T0)
-    assert v1["state"] == "Running" and v1["checkpointPath"].endswith("/q/v1")
-    assert v1["deadLetterTopics"] == dead_letter_topics(plan)
+    assert v1.state == "Running" and v1.checkpoint_path.endswith("/q/v1")
+    assert v1.dead_letter_topics == dead_letter_topics(plan)
     versions = with_running([v1], version_record(identity(2), plan, B, "q-plan-b", T1), T1)
-    assert [(v["version"], v["state"]) for v in versions] == [(2, "Running"), (1, "Retired")]
-    assert versions[1]["retiredAt"] == T1
+    assert [(v.version, v.state) for v in versions] == [(2, "Running"), (1, "Retired")]
+    assert versions[1].retired_at == T1
     # recording the same version again changes nothing (a resumed reconcile)
     again = with_running(versions, version_record(identity(2), plan, B, "q-plan-b", T1), T1)
     assert again == versions

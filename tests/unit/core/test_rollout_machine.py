@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from sluice.core.records import RollbackInfo, Rollout, UpgradeError, UpgradeRecord
 from sluice.core.rollout import (
     HAND_BACK,
     RESTORE,
@@ -19,22 +20,25 @@ from sluice.core.rollout import (
 )
 from sluice.core.status import Facts, derive_phase
 
+from tests.support.records import pinned, upgrade
+
 T0 = "2026-01-01T00:00:00Z"
 A, B, C = "a" * 64, "b" * 64, "c" * 64
-PINNED_A = {"hash": A, "version": 1, "configMap": "q-plan-aaaaaaaaaaaa"}
+PINNED_A = pinned(A)
 
 
-def rollout(step: Step, target: str = B, **extra: object) -> dict[str, object]:
+def rollout(step: Step, target: str = B, **extra: object) -> Rollout:
+    """The rollout of an in-place edit to ``target``, at ``step`` (``extra``: snake_case fields)."""
     base = classified_rollout(pinned=PINNED_A, target_hash=target, target_config_map=f"q-plan-{target[:12]}",
                               category="data-selection", decision="in-place", allow_replace=True, now=T0)
-    return {**base, "step": str(step), **extra}
+    return base.model_copy(update={"step": str(step), **extra})
 
 
 def test_an_in_place_edit_is_carried_out_not_parked() -> None:
     for category in ("transparent", "data-selection", "schema-evolution"):
         r = classified_rollout(pinned=PINNED_A, target_hash=B, target_config_map="cm", category=category,
                                decision="in-place", allow_replace=True, now=T0)
-        assert r["step"] == Step.APPLYING and r["fromHash"] == A and r["strategy"] == "in-place"
+        assert r.step == Step.APPLYING and r.from_hash == A and r.strategy == "in-place"
 
 
 @pytest.mark.parametrize("step", [Step.APPLYING, Step.VERIFYING, Step.ROLLING_BACK, Step.DEPLOYING])
@@ -83,24 +87,28 @@ def test_rollback_mode() -> None:
 
 def test_verifying_and_rolling_back_records() -> None:
     v = verifying(rollout(Step.APPLYING), now=T0, start_epoch=4)
-    assert v["step"] == Step.VERIFYING and v["startEpoch"] == 4 and v["gateStarted"] == T0
+    assert v.step == Step.VERIFYING and v.start_epoch == 4 and v.gate_started == T0
     rb = rolling_back(v, now=T0, start_epoch=6, mode=RESTORE, why="not in place", backstop_epoch=5,
-                      error={"class": "CAST_INVALID_INPUT", "message": "x"})
-    assert rb["rollback"] == {"mode": RESTORE, "reason": "not in place", "started": T0, "startEpoch": 6,
-                              "cancelled": False, "restoreEpoch": 5}
-    assert rb["error"]["class"] == "CAST_INVALID_INPUT"
+                      error=UpgradeError.model_validate({"class": "CAST_INVALID_INPUT", "message": "x"}))
+    assert isinstance(rb.rollback, RollbackInfo)
+    assert rb.rollback.for_storage() == {"mode": RESTORE, "reason": "not in place", "started": T0,
+                                         "startEpoch": 6, "cancelled": False, "restoreEpoch": 5}
+    assert rb.error is not None and rb.error.class_ == "CAST_INVALID_INPUT"
+    assert rb.for_storage()["error"]["class"] == "CAST_INVALID_INPUT"
     back = rolling_back(v, now=T0, start_epoch=6, mode=HAND_BACK, why="", error=None)
-    assert "restoreEpoch" not in back["rollback"]
+    assert back.rollback is not None and back.rollback.restore_epoch is None
+    assert "restoreEpoch" not in back.rollback.for_storage()
 
 
 def test_history_keeps_the_last_ten_newest_first_without_repeats() -> None:
-    history: list[dict[str, object]] = []
+    history: list[UpgradeRecord] = []
     for i in range(12):
-        record = finished_record({"toHash": f"{i}", "startedAt": f"t{i}"}, Outcome.SUCCEEDED, T0)
+        started = upgrade(f"{i}", Outcome.IN_PROGRESS, startedAt=f"t{i}")
+        record = finished_record(started, Outcome.SUCCEEDED, T0)
         history = with_history(history, record)
         history = with_history(history, record)  # written again after an operator restart
-    assert [r["toHash"] for r in history] == [str(i) for i in range(11, 1, -1)]
-    assert all(r["outcome"] == "Succeeded" and r["finishedAt"] == T0 for r in history)
+    assert [r.to_hash for r in history] == [str(i) for i in range(11, 1, -1)]
+    assert all(r.outcome == "Succeeded" and r.finished_at == T0 for r in history)
 
 
 @pytest.mark.parametrize(("step", "phase"), [

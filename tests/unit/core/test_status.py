@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from sluice.core.records import PinnedPlan
 from sluice.core.rollout import (
     Step,
     classified_rollout,
@@ -25,9 +26,11 @@ from sluice.core.status import (
     status_changed,
 )
 
+from tests.support.records import pinned
+
 T0, T1, T2 = "2026-01-01T00:00:00Z", "2026-01-01T00:01:00Z", "2026-01-01T00:02:00Z"
 H1, H2, H3 = "1" * 64, "2" * 64, "3" * 64
-PINNED = {"hash": H1, "version": 1, "configMap": "q-plan-111111111111"}
+PINNED = pinned(H1)
 
 
 # -- conditions ---------------------------------------------------------------------------------
@@ -102,7 +105,8 @@ def test_reduce_compile_error_is_degraded_with_message() -> None:
     msg = "spec.sql: line 2, column 8: unknown column 'x'"
     out = reduce_status(None, Facts(generation=1, problem=StatusProblem(Reason.COMPILE_FAILED, msg)), T0)
     degraded = get_condition(out["conditions"], "Degraded")
-    assert degraded == {**degraded, "status": "True", "reason": "CompileFailed", "message": msg}  # type: ignore[arg-type]
+    assert degraded is not None
+    assert degraded == {**degraded, "status": "True", "reason": "CompileFailed", "message": msg}
     assert out["ready"] is False and out["phase"] == "Degraded"
 
 
@@ -145,7 +149,7 @@ def test_in_flight_rollouts_are_resumed_first() -> None:
     assert next_action(None, deploying, H2).kind == "resume"  # finish before re-planning
     applying = classified_rollout(pinned=PINNED, target_hash=H2, target_config_map="cm2",
                                   category="transparent", decision="in-place", allow_replace=True, now=T0)
-    assert applying["step"] == Step.APPLYING
+    assert applying.step == Step.APPLYING
     assert next_action(PINNED, applying, H3).kind == "resume"
 
 
@@ -154,8 +158,8 @@ def test_steady_classify_wait_cancel() -> None:
     assert next_action(PINNED, None, H2).kind == "classify"
     pending = classified_rollout(pinned=PINNED, target_hash=H2, target_config_map="cm2",
                                  category="topology", decision="replace", allow_replace=True, now=T0)
-    assert pending["step"] == Step.AWAITING_UPGRADE
-    assert pending["targetPlanVersion"] == 2
+    assert pending.step == Step.AWAITING_UPGRADE
+    assert pending.target_plan_version == 2
     assert next_action(PINNED, pending, H2).kind == "wait"
     assert next_action(PINNED, pending, H3).kind == "classify"  # another edit: classify again
     assert next_action(PINNED, pending, H1).kind == "cancel"  # back to the running plan
@@ -173,16 +177,18 @@ def test_steady_classify_wait_cancel() -> None:
 def test_classification_to_step(category: str, decision: str, allow: bool, step: Step) -> None:
     rollout = classified_rollout(pinned=PINNED, target_hash=H2, target_config_map="cm2", category=category,
                                  decision=decision, allow_replace=allow, now=T0)
-    assert rollout["step"] == step
+    assert rollout.step == step
     assert executes_automatically(category, decision) == (step == Step.APPLYING)
     if step == Step.APPLYING:
-        assert rollout["targetPlanVersion"] == 1  # same checkpoint
+        assert rollout.target_plan_version == 1  # same checkpoint
 
 
 def test_completed_plan_and_outcomes() -> None:
     rollout = creation_rollout(H1, "q-plan-111111111111", T0)
-    assert completed_plan(rollout, 1) == {"hash": H1, "version": 1, "configMap": "q-plan-111111111111",
-                                          "formatVersion": 1}
+    plan = completed_plan(rollout, 1)
+    assert plan == PinnedPlan(hash=H1, version=1, config_map="q-plan-111111111111", format_version=1)
+    assert plan.for_storage() == {"hash": H1, "version": 1, "configMap": "q-plan-111111111111",
+                                  "formatVersion": 1}
     assert outcome_of(Step.AWAITING_UPGRADE) == "Pending"
     assert outcome_of(Step.REJECTED) == "Rejected"
     assert outcome_of(Step.APPLYING) == "InProgress"

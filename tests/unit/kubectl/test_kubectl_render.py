@@ -7,10 +7,12 @@ from typing import Any
 
 import pytest
 import yaml
+from sluice.core.records import UpgradeRecord
 from sluice.kubectl import expect, history
 from sluice.kubectl.cli import build_parser
 from sluice.kubectl.connection import PluginError, connect, query_name
 
+from tests.support import records
 from tests.support.operator_fixtures import SQL, query_spec
 
 SQL_WHERE = SQL.replace("FROM orders", "FROM orders WHERE amount > 10")
@@ -101,29 +103,30 @@ def test_an_object_that_does_not_exist_would_be_created() -> None:
 
 
 def test_an_edit_is_classified_against_the_plan_the_workload_runs() -> None:
-    pinned = {"hash": A, "version": 1, "configMap": "totals-plan-aaaaaaaaaaaa"}
-    seen = expect.view(live({"plan": pinned}), B, spec_changes=True)
-    assert (seen.action, seen.basis_hash, seen.basis_config_map) == ("classify", A, pinned["configMap"])
-    assert expect.view(live({"plan": pinned}), A, spec_changes=False).action == "steady"
+    pinned = records.pinned(A, configMap="totals-plan-aaaaaaaaaaaa")
+    seen = expect.view(live(records.stored(plan=pinned)), B, spec_changes=True)
+    assert (seen.action, seen.basis_hash, seen.basis_config_map) == ("classify", A, pinned.config_map)
+    assert expect.view(live(records.stored(plan=pinned)), A, spec_changes=False).action == "steady"
     assert expect.view(live({}), B, spec_changes=True).action == "create"
     # rollback Never left the workload on the failed target: the edit is compared with that one
-    failed = {"step": "Failed", "fromHash": A, "targetHash": C, "targetConfigMap": "totals-plan-cccccccccccc"}
-    seen = expect.view(live({"plan": pinned, "rollout": failed}), B, spec_changes=True)
+    failed = records.rollout("Failed", C, fromHash=A, targetConfigMap="totals-plan-cccccccccccc")
+    seen = expect.view(live(records.stored(plan=pinned, rollout=failed)), B, spec_changes=True)
     assert (seen.basis_hash, seen.basis_config_map) == (C, "totals-plan-cccccccccccc")
 
 
 def test_an_edit_during_an_upgrade_waits_for_it_and_a_revert_cancels_it() -> None:
-    pinned = {"hash": A, "version": 1, "configMap": "totals-plan-aaaaaaaaaaaa"}
-    verifying = {"step": "Verifying", "fromHash": A, "targetHash": C,
-                 "targetConfigMap": "totals-plan-cccccccccccc"}
-    seen = expect.view(live({"plan": pinned, "rollout": verifying}), B, spec_changes=True)
+    pinned = records.pinned(A, configMap="totals-plan-aaaaaaaaaaaa")
+    verifying = records.rollout("Verifying", C, fromHash=A, targetConfigMap="totals-plan-cccccccccccc")
+    seen = expect.view(live(records.stored(plan=pinned, rollout=verifying)), B, spec_changes=True)
     assert seen.action == "resume" and seen.basis_hash == C and "finishes it first" in seen.note
-    seen = expect.view(live({"plan": pinned, "rollout": verifying}), A, spec_changes=True)
+    seen = expect.view(live(records.stored(plan=pinned, rollout=verifying)), A, spec_changes=True)
     assert seen.action == "revert" and "rolled back (outcome Cancelled)" in seen.note
-    waiting = {"step": "AwaitingUpgrade", "fromHash": A, "targetHash": C}
-    assert expect.view(live({"plan": pinned, "rollout": waiting}), A, spec_changes=True).action == "cancel"
+    waiting = records.rollout("AwaitingUpgrade", C, fromHash=A)
+    assert expect.view(live(records.stored(plan=pinned, rollout=waiting)), A,
+                       spec_changes=True).action == "cancel"
     # the spec asks again for a plan rolled back at this generation: not tried until an edit
-    held = {"plan": pinned, "lastUpgrade": record(A, B, "RolledBack", generation=2)}
+    held = records.stored(plan=pinned, last_upgrade=UpgradeRecord.model_validate(
+        record(A, B, "RolledBack", generation=2)))
     assert expect.view(live(held), B, spec_changes=False).action == "held"
     assert expect.view(live(held), B, spec_changes=True).action == "classify"
 
