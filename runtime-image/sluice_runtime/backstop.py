@@ -6,17 +6,33 @@ the plan's state signature to ``<checkpoint>/sluice/state.json`` when a checkpoi
 (by create-and-rename, as Spark writes its own files: a checkpoint epoch shares its files with the
 epoch it was linked from by hard links, so a file is never rewritten in place).
 Only plain files are read (local or mounted volume paths).
+
+A recorded signature of another version than this runtime's
+(:data:`sluice.core.classify.backstop.SIGNATURE_VERSION`, recorded in the file), or one that cannot
+be read, is not compared: :func:`verify` checks the checkpoint as one without a signature and logs
+it. The plan and engine it names (:func:`recorded_plan`, :func:`recorded_engine`) are read from any
+version.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import os
 from pathlib import Path
 from typing import Any
 
-from sluice.core.classify.backstop import CheckpointFacts, StateOperator, check, state_signature
+from sluice.core.classify.backstop import (
+    SIGNATURE_VERSION,
+    CheckpointFacts,
+    StateOperator,
+    check,
+    comparable,
+    state_signature,
+)
 from sluice.core.plan.model import Plan
+
+log = logging.getLogger(__name__)
 
 SIGNATURE_FILE = Path("sluice") / "state.json"
 
@@ -50,24 +66,30 @@ def read_facts(checkpoint: str | Path) -> CheckpointFacts:
                     name = info.get("operatorInfo", {}).get("operatorName", "unknown")
                     stores = [s.get("storeName", "") for s in info.get("stateStoreInfo", [])]
             facts.operators.append(StateOperator(operator_id=int(op_dir.name), name=name, stores=stores))
-    sig = root / SIGNATURE_FILE
-    if sig.is_file():
-        facts.signature = json.loads(sig.read_text(encoding="utf-8"))
+    if (root / SIGNATURE_FILE).is_file():
+        facts.signature = _signature(root)
+        if facts.signature is None:
+            log.warning("checkpoint %s: its state signature cannot be read: not compared", root)
     return facts
 
 
-def has_signature(checkpoint: str | Path) -> bool:
-    return (Path(checkpoint) / SIGNATURE_FILE).is_file()
-
-
-def _recorded(checkpoint: str | Path, key: str) -> str | None:
+def _signature(checkpoint: str | Path) -> dict[str, Any] | None:
+    """The recorded signature, of any version (None: none, or not a JSON object)."""
     try:
         data = json.loads((Path(checkpoint) / SIGNATURE_FILE).read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
-    if not isinstance(data, dict):
-        return None
-    return str(data.get(key) or "") or None
+    return data if isinstance(data, dict) else None
+
+
+def has_signature(checkpoint: str | Path) -> bool:
+    """Whether the checkpoint records a state signature this runtime compares (of its version)."""
+    return comparable(_signature(checkpoint))
+
+
+def _recorded(checkpoint: str | Path, key: str) -> str | None:
+    data = _signature(checkpoint)
+    return None if data is None else str(data.get(key) or "") or None
 
 
 def recorded_plan(checkpoint: str | Path) -> str | None:
@@ -92,4 +114,9 @@ def record(checkpoint: str | Path, plan: Plan, engine: str = "") -> None:
 
 
 def verify(checkpoint: str | Path, plan: Plan) -> list[str]:
-    return check(plan, read_facts(checkpoint))
+    facts = read_facts(checkpoint)
+    if facts.signature is not None and not comparable(facts.signature):
+        log.warning("checkpoint %s: its state signature is of version %r, this runtime compares "
+                    "version %s: the state's meaning is not compared (checked as a checkpoint "
+                    "without a signature)", checkpoint, facts.signature.get("version"), SIGNATURE_VERSION)
+    return check(plan, facts)

@@ -11,8 +11,9 @@ past its lease keeps writing (if at all) into *its* epoch, which no driver reads
 neither add a batch nor delete a file of the live checkpoint. Copying is cheap (one link per
 file, no data copied) and bounded by Spark's own retention (``minBatchesToRetain``).
 
-A base that already holds a checkpoint (``metadata`` at the top: a query started before election
-existed, or by ``sluice run``) is the source of the first epoch.
+A base that already holds a checkpoint (``metadata`` at the top) is the source of the first epoch:
+a driver without a Lease (``sluice run``, no ``SLUICE_LEASE_NAME``) runs on the base itself, and an
+elected driver given that base must continue that checkpoint, not start the query over.
 
 Backstops: when a holder takes over from a driver of another plan, the epoch it starts from (the
 last one the other plan wrote) is kept untouched in ``<base>/backstops.json`` (the newest
@@ -53,8 +54,13 @@ def epochs(base: str | Path) -> list[int]:
 
 
 def source_of(base: str | Path, epoch: int) -> Path | None:
-    """The checkpoint the holder of ``epoch`` starts from: the newest earlier epoch, else a legacy
-    checkpoint at the base, else none (a new query)."""
+    """The checkpoint the holder of ``epoch`` starts from: the newest earlier epoch, else a
+    checkpoint at the base, else none (a new query).
+
+    The checkpoint at the base is not a compatibility path: a driver without election (``sluice
+    run``) still writes its checkpoint there today, and without this the first elected holder on
+    that base would start an empty epoch and re-read the sources as the plan says (its output
+    again, or a gap)."""
     earlier = [e for e in epochs(base) if e < epoch]
     if earlier:
         return epoch_dir(base, earlier[-1])

@@ -98,7 +98,8 @@ def prepare_start(base: str | Path, epoch: int, plan: Plan, plan_hash: str, prev
         if problems:
             raise StartRefused(CHECKPOINT_INCOMPATIBLE, "; ".join(problems))
     # the signature of the plan that runs on it: a new query's, one verified, or one written by
-    # this same plan before signatures were recorded (never for a checkpoint of an unknown plan)
+    # this same plan that records none this runtime compares (none at all, or one of another
+    # signature version); never for a checkpoint of an unknown plan
     unsigned_same_plan = previous_plan == plan_hash and not backstop_mod.has_signature(checkpoint)
     if source is None or verified or unsigned_same_plan:
         backstop_mod.record(checkpoint, plan, engine)

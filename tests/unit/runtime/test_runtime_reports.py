@@ -418,6 +418,42 @@ def test_a_checkpoint_that_does_not_fit_the_plan_refuses_the_start(tmp_path: Pat
     assert back.backstop is None and [b.epoch for b in epochs.backstops(tmp_path)] == [1]
 
 
+def _resign(checkpoint: Path, **changes: Any) -> None:
+    """Replace the checkpoint's recorded signature (a new file, as record writes it)."""
+    path = checkpoint / backstop.SIGNATURE_FILE
+    staging = path.with_name("resigned")
+    staging.write_text(json.dumps({**json.loads(path.read_text()), **changes}))
+    staging.replace(path)
+
+
+def test_a_signature_of_another_version_is_checked_as_none_then_recorded_again(tmp_path: Path) -> None:
+    """A checkpoint whose signature is of another version (say a newer runtime's, before the
+    rollback of its engine) is checked as one without a signature: a switch of plan starts if the
+    pinned settings and operators fit, and the checkpoint then records the new plan's signature in
+    this runtime's version; the same plan re-records its own."""
+    old_plan, new_plan = make_plan(), make_plan("SELECT id, code FROM feed")
+    first = prepare_start(tmp_path, 1, old_plan, old_plan.hash, "", {}, T)
+    spark_checkpoint(first.checkpoint, 2)
+    # state of a step the new plan does not have: refused in this version ...
+    gone = {"aggregate-1": {"type": "aggregateV1", "keys": ["`feed.id:int`"]}}
+    _resign(first.checkpoint, steps=gone)
+    with pytest.raises(StartRefused) as refused:
+        prepare_start(tmp_path, 2, new_plan, new_plan.hash, old_plan.hash, {}, T)
+    assert "aggregate-1" in refused.value.message
+    # ... not compared in another one (the signature still names the plan that wrote it)
+    _resign(epochs.epoch_dir(tmp_path, 2), version=backstop.SIGNATURE_VERSION + 1)
+    assert not backstop.has_signature(epochs.epoch_dir(tmp_path, 2))
+    switched = prepare_start(tmp_path, 3, new_plan, new_plan.hash, old_plan.hash, {}, T)
+    assert switched.backstop == Backstop(2, old_plan.hash, new_plan.hash, T)
+    recorded = json.loads((switched.checkpoint / backstop.SIGNATURE_FILE).read_text())
+    assert (recorded["version"], recorded["planHash"]) == (backstop.SIGNATURE_VERSION, new_plan.hash)
+    # the same plan on a checkpoint it signed in another version: signed again, in this one
+    _resign(switched.checkpoint, version=backstop.SIGNATURE_VERSION + 1)
+    same = prepare_start(tmp_path, 4, new_plan, new_plan.hash, new_plan.hash, {}, T)
+    assert same.backstop is None and backstop.has_signature(same.checkpoint)
+    assert backstop.recorded_plan(same.checkpoint) == new_plan.hash
+
+
 def test_a_restore_request_for_this_plan_starts_from_the_backstop(tmp_path: Path) -> None:
     plan, newer = make_plan(), make_plan("SELECT id, code FROM feed")
     first = prepare_start(tmp_path, 1, plan, plan.hash, "", {}, T)

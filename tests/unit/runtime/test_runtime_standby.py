@@ -85,7 +85,9 @@ def test_prepare_is_idempotent_and_skips_missing_epochs(tmp_path: Path) -> None:
     assert source == first and (fifth / "metadata").exists()
 
 
-def test_a_checkpoint_from_before_election_is_the_first_source(tmp_path: Path) -> None:
+def test_a_checkpoint_written_without_election_is_the_first_source(tmp_path: Path) -> None:
+    """A driver without a Lease (``sluice run``) runs on the base itself: the first elected holder
+    continues that checkpoint instead of starting the query over."""
     spark_checkpoint(tmp_path, 2)
     target, source = epochs.prepare(tmp_path, 1)
     assert source == tmp_path

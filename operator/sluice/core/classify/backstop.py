@@ -9,70 +9,57 @@ checkpoint itself (``sluice_runtime.backstop`` reads the files and calls this mo
 - the state signature recorded in the checkpoint when it was created (``sluice/state.json``:
   every stateful step's keys, aggregates, windows, join and dedup parameters expanded down to typed
   source columns, see :mod:`sluice.core.classify.lineage`) must equal the new plan's. This is
-  stricter than Spark's own check, which compares state schemas by type only. A signature is
-  compared with the plan's signature of the same version (version 1: the expansions before
-  pass-through projections and aggregate outputs were expanded to what they compute, and before
-  join keys were resolved on the join's own sides), so checkpoints recorded earlier stay usable.
+  stricter than Spark's own check, which compares state schemas by type only. What each stateful
+  step type contributes is its descriptor's ``state`` part (:mod:`sluice.core.plan.steptypes`).
+
+A signature records its format's version (:data:`SIGNATURE_VERSION`). Only a signature of this
+version is compared: one of another version (a later format, recorded by a newer runtime and read
+by an older one after an engine rollback; a missing or malformed version) is *not comparable* and
+is treated like a checkpoint that records no signature: the pinned settings and the stateful
+operators are still checked, the state's meaning is not (it was decided from the plans by the
+classifier, and Spark still checks the state schemas' types). It is never read as a mismatch, which
+would refuse every start on the checkpoint, a rollback's included; once a plan has started on it,
+the checkpoint records that plan's signature in this version.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeGuard
 
 from sluice.core.classify.lineage import Lineage
 from sluice.core.plan.model import Plan
 from sluice.core.plan.steptypes import REGISTRY, STATEFUL
 
+#: the format of :func:`state_signature`, recorded in it: a signature of another version is not
+#: compared (see the module's description)
 SIGNATURE_VERSION = 2
 
-def _expand_all(lin: Lineage, step: Any, exprs: list[str]) -> list[str]:
-    return [lin.expand(e, list(step.inputs)) if e != "*" else "*" for e in exprs]
 
-
-def state_signature(plan: Plan, version: int = SIGNATURE_VERSION) -> dict[str, Any]:
-    """What the state of every stateful step means, as JSON-able data (in signature ``version``)."""
-    legacy = version < 2
-    lin = Lineage(plan, legacy=legacy)
+def state_signature(plan: Plan) -> dict[str, Any]:
+    """What the state of every stateful step means, as JSON-able data (version :data:`SIGNATURE_VERSION`)."""
+    lin = Lineage(plan)
     steps: dict[str, Any] = {}
     for step in plan.steps:
         if step.type not in STATEFUL:
             continue
-        sig: dict[str, Any] = {"type": step.type}
-        keys = getattr(step, "keys", None)
-        if step.type == "streamStreamJoinV1":
-            sig["joinType"] = step.join_type  # type: ignore[union-attr]
-            over = list(step.inputs) if legacy else [step.id]  # v2: qualified columns on the join's sides
-            sig["keys"] = [
-                [lin.expand(k.left, over), lin.expand(k.right, over)]
-                for k in step.keys  # type: ignore[union-attr]
-            ]
-            tc = step.time_condition  # type: ignore[union-attr]
-            sig["timeCondition"] = lin.expand(tc, over) if tc else None
-            sig["inputs"] = [
-                [f"{f.name} {f.type}" for f in lin.by_id[i].schema_] for i in step.inputs if i in lin.by_id
-            ]
-        elif step.type == "deduplicateV1":
-            sig["columns"] = [lin.column(c, None, list(step.inputs), 0) for c in step.columns]  # type: ignore[union-attr]
-        else:
-            sig["keys"] = _expand_all(lin, step, [k.expr for k in keys or []])
-            sig["aggregates"] = [[a.function, _expand_all(lin, step, a.args)] for a in step.aggregates]  # type: ignore[union-attr]
-            if step.type == "windowAggregateV1":
-                w = step.window  # type: ignore[union-attr]
-                sig["window"] = [lin.expand(w.column, list(step.inputs)), w.size, w.slide]
-            if step.type == "sessionWindowAggregateV1":
-                s = step.session  # type: ignore[union-attr]
-                sig["session"] = [lin.expand(s.column, list(step.inputs)), s.gap]
-            sig["types"] = [f.type for f in step.schema_]
-        steps[step.id] = sig
+        state = REGISTRY[step.type].state
+        if state is None:  # tests/unit/core/plan/test_step_types.py requires it of a stateful type
+            raise ValueError(f"stateful step type {step.type} has no state signature in its descriptor")
+        steps[step.id] = {"type": step.type, **state(step, lin)}
     watermarks = {s.id: [s.column, s.delay] for s in plan.steps if s.type == "watermarkV1"}  # type: ignore[union-attr]
     return {
-        "version": version,
+        "version": SIGNATURE_VERSION,
         "settings": plan.settings.spark_conf(),
         "steps": steps,
         "watermarks": watermarks,
         "planHash": plan.hash,
     }
+
+
+def comparable(signature: object) -> TypeGuard[dict[str, Any]]:
+    """Whether a recorded signature can be compared with a plan's: a JSON object of this version."""
+    return isinstance(signature, dict) and signature.get("version") == SIGNATURE_VERSION
 
 
 @dataclass
@@ -88,6 +75,7 @@ class CheckpointFacts:
 
     conf: dict[str, str] = field(default_factory=dict)
     operators: list[StateOperator] = field(default_factory=list)
+    #: the recorded state signature as read (None: none recorded; compared only if :func:`comparable`)
     signature: dict[str, Any] | None = None
 
 
@@ -116,9 +104,10 @@ def check(plan: Plan, facts: CheckpointFacts) -> list[str]:
                     f"Stateful operator {op.operator_id} in the checkpoint is {op.name!r}, but "
                     f"step {step.id} of the plan is a {step.type}."
                 )
-    if facts.signature is not None:
+    if comparable(facts.signature):
+        # a signature of another version is not comparable: checked as a checkpoint without one
         old = facts.signature
-        new = state_signature(plan, int(old.get("version") or 1))
+        new = state_signature(plan)
         old_steps, new_steps = old.get("steps", {}), new["steps"]
         for sid in sorted(set(old_steps) | set(new_steps)):
             a, b = old_steps.get(sid), new_steps.get(sid)

@@ -12,8 +12,7 @@ The output of an aggregation expands to what it computes (``n`` of ``count(*) AS
 ``count(*)``), so a column keeps its expansion under another name and changes it under the same one.
 
 ``Lineage(plan, display=True)`` expands without types and quotes, for sentences
-(``upper(orders.customer)``); ``legacy=True`` reproduces the expansions of state signature version 1
-(recorded in checkpoints by earlier versions; see :mod:`sluice.core.classify.backstop`).
+(``upper(orders.customer)``).
 """
 
 from __future__ import annotations
@@ -56,11 +55,10 @@ def _parse(expr: str) -> exp.Expression | None:
 class Lineage:
     """Expands expressions of one plan down to typed source columns."""
 
-    def __init__(self, plan: Plan, *, display: bool = False, legacy: bool = False) -> None:
+    def __init__(self, plan: Plan, *, display: bool = False) -> None:
         self.plan = plan
         self.by_id = {s.id: s for s in plan.steps}
         self.display = display
-        self.legacy = legacy
 
     # -- graph -----------------------------------------------------------------------------
     def ancestors(self, step_id: str) -> set[str]:
@@ -137,13 +135,13 @@ class Lineage:
             project = cast(ProjectV1, step)
             for ne in project.expressions:
                 if ne.name.lower() == lname:
-                    bare = None if self.legacy else self._bare(ne.expr)
+                    bare = self._bare(ne.expr)
                     if bare is not None:  # a column passed through (maybe renamed): the column itself
                         return self.column(bare.name, bare.table or None, list(project.inputs), depth + 1)
                     inner = self.expand(ne.expr, list(project.inputs), depth)
                     return inner if self.display else f"({inner}):{typ}"
             return f"<unresolved {name} in {project.id}>"
-        if role == "aggregate" and not self.legacy:
+        if role == "aggregate":
             found = self._aggregated(cast(AggregateV1, step), name, typ, depth)
             if found is not None:
                 return found

@@ -2,8 +2,10 @@
 ``type`` (the way the runtime looks up its builders in ``sluice_runtime.steps.REGISTRY``).
 
 A descriptor says whether the step keeps state, which operators Spark records for it in a
-checkpoint, how the lineage reads a column through it, whether steps are paired by their place in
-the plan, what a new checkpoint costs its results, and how ``sluice plan -o text`` shows it. Two
+checkpoint, what its state means (its part of the state signature the checkpoint backstop records
+and compares, ``sluice.core.classify.backstop``), how the lineage reads a column through it,
+whether steps are paired by their place in the plan, what a new checkpoint costs its results, and
+how ``sluice plan -o text`` shows it. Two
 more parts live in the layers that act on plans, keyed by the same type: the classifier's rule
 (``sluice.core.classify.steps.RULES``) and the runtime's builder (``sluice_runtime.steps.REGISTRY``).
 ``tests/unit/core/plan/test_step_types.py`` derives the list of types from the plan model's ``Step`` union
@@ -18,13 +20,14 @@ case.
 from __future__ import annotations
 
 import typing
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 from sluice.core.plan.model import (
     AggregateV1,
     DeduplicateV1,
+    FieldSpec,
     FilterV1,
     KafkaSinkV1,
     KafkaSourceV1,
@@ -46,6 +49,22 @@ from sluice.core.plan.model import (
 LineageRole = Literal["source", "project", "aggregate", "join", "union", "pass-through", "leaf"]
 
 
+class Expansions(Protocol):
+    """What a step's state signature is computed with: the plan's lineage
+    (``sluice.core.classify.lineage.Lineage``), expressions expanded down to typed source columns."""
+
+    @property
+    def by_id(self) -> Mapping[str, StepBase]: ...
+
+    def expand(self, expr: str, step_ids: list[str], depth: int = 0) -> str: ...
+
+    def column(self, name: str, qualifier: str | None, step_ids: list[str], depth: int) -> str: ...
+
+
+#: ``state(step, expansions)``: what the state of a stateful step means, as JSON-able data
+StateSignature = Callable[[Any, Expansions], dict[str, Any]]
+
+
 @dataclass(frozen=True)
 class StepType:
     name: str
@@ -61,6 +80,10 @@ class StepType:
     #: the classifier pairs steps of this type by their place among the anchors (stateful
     #: operators, unions, the sink), the others by type along the way (``classify.match``)
     anchor: bool = False
+    #: ``state(step, expansions)``: the step's part of the state signature (stateful types): every
+    #: parameter its state depends on, expressions expanded to typed source columns; a checkpoint
+    #: whose recorded part differs is refused (``sluice.core.classify.backstop``)
+    state: StateSignature | None = None
 
 
 def _source(step: KafkaSourceV1) -> list[str]:
@@ -94,6 +117,46 @@ def _join(step: StreamStreamJoinV1) -> list[str]:
     return lines
 
 
+def _expanded(lin: Expansions, step: StepBase, exprs: list[str]) -> list[str]:
+    return [lin.expand(e, list(step.inputs)) if e != "*" else "*" for e in exprs]
+
+
+def _aggregate_state(
+    step: AggregateV1 | WindowAggregateV1 | SessionWindowAggregateV1, lin: Expansions
+) -> dict[str, Any]:
+    state: dict[str, Any] = {
+        "keys": _expanded(lin, step, [k.expr for k in step.keys]),
+        "aggregates": [[a.function, _expanded(lin, step, a.args)] for a in step.aggregates],
+    }
+    if isinstance(step, WindowAggregateV1):
+        w = step.window
+        state["window"] = [lin.expand(w.column, list(step.inputs)), w.size, w.slide]
+    if isinstance(step, SessionWindowAggregateV1):
+        s = step.session
+        state["session"] = [lin.expand(s.column, list(step.inputs)), s.gap]
+    state["types"] = [f.type for f in step.schema_]
+    return state
+
+
+def _join_state(step: StreamStreamJoinV1, lin: Expansions) -> dict[str, Any]:
+    over = [step.id]  # the keys' qualified columns, resolved on the join's own sides
+    tc = step.time_condition
+
+    def schema(fields: list[FieldSpec]) -> list[str]:
+        return [f"{f.name} {f.type}" for f in fields]
+
+    return {
+        "joinType": step.join_type,
+        "keys": [[lin.expand(k.left, over), lin.expand(k.right, over)] for k in step.keys],
+        "timeCondition": lin.expand(tc, over) if tc else None,
+        "inputs": [schema(lin.by_id[i].schema_) for i in step.inputs if i in lin.by_id],
+    }
+
+
+def _dedup_state(step: DeduplicateV1, lin: Expansions) -> dict[str, Any]:
+    return {"columns": [lin.column(c, None, list(step.inputs), 0) for c in step.columns]}
+
+
 def _sink(step: KafkaSinkV1) -> list[str]:
     lines = [f"topic {step.topic} ({step.format}), outputMode {step.output_mode}, {step.delivery}"]
     if step.key:
@@ -113,20 +176,21 @@ TYPES: tuple[StepType, ...] = (
     StepType("projectV1", ProjectV1, False, "project",
              lambda s: [f"{e.name} = {e.expr}" for e in s.expressions]),
     StepType("windowAggregateV1", WindowAggregateV1, True, "aggregate", _aggregates,
-             frozenset({"stateStoreSave"}), _WINDOW_RESET, anchor=True),
+             frozenset({"stateStoreSave"}), _WINDOW_RESET, anchor=True, state=_aggregate_state),
     StepType("sessionWindowAggregateV1", SessionWindowAggregateV1, True, "aggregate", _aggregates,
              frozenset({"sessionWindowStateStoreSaveExec", "sessionWindowStateStoreSave"}), _WINDOW_RESET,
-             anchor=True),
+             anchor=True, state=_aggregate_state),
     StepType("aggregateV1", AggregateV1, True, "aggregate", _aggregates, frozenset({"stateStoreSave"}),
-             "running aggregates restart from zero", anchor=True),
+             "running aggregates restart from zero", anchor=True, state=_aggregate_state),
     StepType("streamStreamJoinV1", StreamStreamJoinV1, True, "join", _join,
              frozenset({"symmetricHashJoin"}),
-             "join buffers start empty: records from before the switch find no match after it", anchor=True),
+             "join buffers start empty: records from before the switch find no match after it", anchor=True,
+             state=_join_state),
     StepType("unionV1", UnionV1, False, "union", lambda s: [], anchor=True),
     StepType("deduplicateV1", DeduplicateV1, True, "pass-through",
              lambda s: ["distinct on " + ", ".join(s.columns)],
              frozenset({"dedupe", "dedupeWithinWatermark"}),
-             "deduplication forgets the keys seen before the switch", anchor=True),
+             "deduplication forgets the keys seen before the switch", anchor=True, state=_dedup_state),
     StepType("kafkaSinkV1", KafkaSinkV1, False, "leaf", _sink, anchor=True),
 )
 

@@ -3,9 +3,18 @@
 from __future__ import annotations
 
 import json
+import logging
 from pathlib import Path
 
-from sluice.core.classify.backstop import CheckpointFacts, StateOperator, check, state_signature
+import pytest
+from sluice.core.classify.backstop import (
+    SIGNATURE_VERSION,
+    CheckpointFacts,
+    StateOperator,
+    check,
+    comparable,
+    state_signature,
+)
 from sluice_runtime import backstop
 
 from tests.support.classify_plans import agg_plan, join_plan
@@ -81,14 +90,55 @@ def test_runtime_reads_checkpoint_files(tmp_path: Path) -> None:
     assert any("aggregate-1" in x for x in problems)
 
 
-def test_signature_recorded_by_version_1_is_compared_in_version_1() -> None:
-    """Checkpoints recorded before signature version 2 stay usable (and keep catching changes)."""
+def test_the_signature_records_its_version_and_resolves_join_keys_on_their_sides() -> None:
     p = join_plan()
-    v1 = json.loads(json.dumps(state_signature(p, 1)))
-    assert v1["version"] == 1 and state_signature(p)["version"] == 2
-    assert v1["steps"]["join-1"]["keys"] == [["`orders.customer:string`", "`orders.customer:string`"]]
-    assert state_signature(p)["steps"]["join-1"]["keys"] == [
-        ["`orders.customer:string`", "`payments.customer:string`"]
-    ]
-    assert check(p, CheckpointFacts(signature=v1)) == []
-    assert any("joinType" in x for x in check(join_plan("leftOuter"), CheckpointFacts(signature=v1)))
+    signature = state_signature(p)
+    assert signature["version"] == SIGNATURE_VERSION and comparable(json.loads(json.dumps(signature)))
+    keys = [["`orders.customer:string`", "`payments.customer:string`"]]
+    assert signature["steps"]["join-1"]["keys"] == keys
+
+
+@pytest.mark.parametrize("version", [1, SIGNATURE_VERSION + 1, None, str(SIGNATURE_VERSION), "x"])
+def test_a_signature_of_another_version_is_not_compared(version: object) -> None:
+    """A signature of another version (or none, or a malformed one) is not comparable: the checkpoint
+    is checked as one that records no signature (never a mismatch, never an error), its pinned
+    settings and stateful operators still are."""
+    recorded = {**json.loads(json.dumps(state_signature(join_plan()))), "version": version}
+    if version is None:
+        del recorded["version"]
+    assert not comparable(recorded)
+    changed = join_plan("leftOuter")
+    assert check(changed, CheckpointFacts(signature=recorded)) == []
+    same_version = {**recorded, "version": SIGNATURE_VERSION}
+    assert any("joinType" in x for x in check(changed, CheckpointFacts(signature=same_version)))
+    conf = {**changed.settings.spark_conf(), "spark.sql.shuffle.partitions": "200"}
+    problems = check(changed, CheckpointFacts(conf=conf, operators=[StateOperator(0, "dedupe")],
+                                              signature=recorded))
+    assert any("shuffle.partitions=200" in x for x in problems)
+    assert any("dedupe" in x for x in problems)
+    assert not any("joinType" in x for x in problems)
+
+
+def test_only_a_json_object_is_comparable() -> None:
+    assert not comparable(None) and not comparable([SIGNATURE_VERSION]) and not comparable(SIGNATURE_VERSION)
+
+
+def test_runtime_does_not_compare_a_signature_of_another_version(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    p = agg_plan()
+    backstop.record(tmp_path, p, engine="e1")
+    path = tmp_path / backstop.SIGNATURE_FILE
+    assert backstop.has_signature(tmp_path) and backstop.verify(tmp_path, agg_plan(group="region"))
+    path.write_text(json.dumps({**json.loads(path.read_text()), "version": SIGNATURE_VERSION + 1}))
+    with caplog.at_level(logging.WARNING, logger="sluice_runtime.backstop"):
+        assert backstop.verify(tmp_path, agg_plan(group="region")) == []
+    assert f"version {SIGNATURE_VERSION + 1}" in caplog.text
+    # not one this runtime compares, but the plan and engine it names are still read
+    assert not backstop.has_signature(tmp_path)
+    assert (backstop.recorded_plan(tmp_path), backstop.recorded_engine(tmp_path)) == (p.hash, "e1")
+    # a signature that cannot be read is not compared either (and fails nothing)
+    for text in ("{not json", "[2]"):
+        path.write_text(text)
+        assert backstop.verify(tmp_path, agg_plan(group="region")) == []
+        assert not backstop.has_signature(tmp_path) and backstop.recorded_plan(tmp_path) is None

@@ -2,8 +2,9 @@
 every part it needs, and no part names a type the model does not have.
 
 The parts: its descriptor (``sluice.core.plan.steptypes``: statefulness, Spark operators, lineage,
-reset note, rendering), a classifier rule (``sluice.core.classify.steps.RULES``), a runtime builder
-(``sluice_runtime.steps.REGISTRY``), a historical plan that uses it
+reset note, rendering, and for a stateful type its part of the state signature the checkpoint
+backstop records and compares), a classifier rule (``sluice.core.classify.steps.RULES``), a
+runtime builder (``sluice_runtime.steps.REGISTRY``), a historical plan that uses it
 (``tests/corpus/historical_plans/``) and a corpus manifest the compiler plans into it
 (``tests/corpus/compile/valid/``). A type that lacks one fails here with the missing piece named.
 """
@@ -14,10 +15,12 @@ import json
 from functools import cache
 
 import pytest
+from sluice.core.classify.backstop import state_signature
 from sluice.core.classify.steps import RULES
 from sluice.core.compiler import compile_query
 from sluice.core.manifest import parse_manifest
 from sluice.core.plan import steptypes
+from sluice.core.plan.model import Plan
 from sluice.core.plan.render import render_text
 from sluice_runtime.steps import REGISTRY as BUILDERS
 
@@ -34,9 +37,14 @@ def historical() -> set[str]:
 
 
 @cache
+def corpus_plans() -> tuple[tuple[str, Plan], ...]:
+    return tuple((path.name, compile_query(parse_manifest(path.read_text()).spec))
+                 for path in sorted((CORPUS / "compile" / "valid").glob("*.yaml")))
+
+
+@cache
 def compiled() -> set[str]:
-    return {step.type for path in (CORPUS / "compile" / "valid").glob("*.yaml")
-            for step in compile_query(parse_manifest(path.read_text()).spec).steps}
+    return {step.type for _, plan in corpus_plans() for step in plan.steps}
 
 
 @pytest.mark.parametrize("name", sorted(MODEL))
@@ -47,8 +55,12 @@ def test_every_step_type_has_every_part(name: str) -> None:
         missing.append("a descriptor in operator/sluice/core/plan/steptypes.py (TYPES)")
     elif found.model is not MODEL[name]:
         missing.append(f"a descriptor of its own model (the descriptor names {found.model.__name__})")
-    elif found.stateful and not (found.spark_operators and found.reset_note):
-        missing.append("the Spark operators and the reset note of a stateful step in its descriptor")
+    elif found.stateful:
+        parts = {"the Spark operators (spark_operators)": found.spark_operators,
+                 "the reset note (reset_note)": found.reset_note,
+                 "the state signature part the checkpoint backstop compares (state)": found.state}
+        missing += [f"{part} in its descriptor (it is stateful)" for part, value in parts.items()
+                    if not value]
     if name not in RULES:
         missing.append("a classifier rule in operator/sluice/core/classify/steps.py (RULES)")
     if name not in BUILDERS:
@@ -75,3 +87,18 @@ def test_every_corpus_plan_renders_every_step_with_its_descriptor() -> None:
             assert f"{step.type} [{step.id}]" in text, (path.name, step.id)
             for line in steptypes.REGISTRY[step.type].details(step):
                 assert line in text, (path.name, step.id, line)
+
+
+def test_every_stateful_step_of_the_corpus_has_its_state_in_the_signature() -> None:
+    """The checkpoint backstop's signature has an entry, with the descriptor's part, for every
+    stateful step of every corpus plan (and for no other step)."""
+    seen: set[str] = set()
+    for name, plan in corpus_plans():
+        steps = state_signature(plan)["steps"]
+        stateful = [s for s in plan.steps if s.type in steptypes.STATEFUL]
+        assert sorted(steps) == sorted(s.id for s in stateful), name
+        for step in stateful:
+            seen.add(step.type)
+            entry = steps[step.id]
+            assert entry["type"] == step.type and set(entry) > {"type"}, (name, step.id)
+    assert seen == steptypes.STATEFUL
