@@ -90,9 +90,9 @@ def main() -> int:
     from kubernetes import config
     from sluice.commands.operator import run_operator
     from sluice.operator import kube as kube_mod
-    from sluice.operator.handlers import _common
+    from sluice.operator.env import Env
+    from sluice.operator.handlers import _kopf
     from sluice.operator.kube import Kube
-    from sluice.operator.reconcile import Env
     from sluice_dev.platform import kube as kube_component
 
     with tempfile.TemporaryDirectory(prefix="sluice-bench-") as tmp:
@@ -190,7 +190,7 @@ def main() -> int:
             stub = StubAdmin()
 
             def env_factory(k: Kube) -> Env:
-                e = Env(kube=k, events=_common.post_event)
+                e = Env(kube=k, events=_kopf.post_event)
                 if not opts.kafka:
                     e.topic_admin = lambda namespace, cluster: stub  # type: ignore[method-assign]
                 return e

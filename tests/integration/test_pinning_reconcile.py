@@ -16,8 +16,9 @@ from sluice.core.compiler import CompileTarget, compile_query
 from sluice.core.driverreport import BACKSTOP, RESTORE_REQUEST, Backstop, RestoreRequest
 from sluice.core.plan.model import Plan
 from sluice.core.spec import QuerySpec
-from sluice.operator.fleet import ADMITTED, roll_fleet
-from sluice.operator.reconcile import Env, reconcile_query
+from sluice.operator.env import Env
+from sluice.operator.reconcile import reconcile_query
+from sluice.operator.waves import ADMITTED, roll_fleet
 
 from tests.support.drivers import DriverSide
 from tests.support.world import SQL, World
@@ -345,15 +346,15 @@ def test_the_new_default_image_of_an_upgraded_operator_is_rolled_out_in_waves(
         world: World, monkeypatch: pytest.MonkeyPatch) -> None:
     """Queries whose QueryCluster names no image run the operator's default runtime image; an
     operator of a later version (another default) moves them there like any engine change."""
-    import sluice.operator.fleet
-    import sluice.operator.pinning
+    import sluice.operator.desired
+    import sluice.operator.waves
 
     w = world
     for name in ("a", "b"):
         running(w, name)
     before = {name: container_of(w, name)["image"] for name in ("a", "b")}
     assert before == {"a": "sluice-runtime:0.1.0", "b": "sluice-runtime:0.1.0"}
-    for module in (sluice.operator.pinning, sluice.operator.fleet):
+    for module in (sluice.operator.desired, sluice.operator.waves):
         monkeypatch.setattr(module, "default_image", lambda: "sluice-runtime:0.2.0")
     for name in ("a", "b"):  # the operator restarted: every query resumes, nothing moves yet
         reconcile_query(w.env, w.current(name))

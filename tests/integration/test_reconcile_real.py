@@ -15,9 +15,12 @@ from typing import Any
 
 import pytest
 from sluice.core import election
+from sluice.operator.cluster import reconcile_cluster
+from sluice.operator.deletion import delete_query
+from sluice.operator.env import Retry, Stop
 from sluice.operator.kube import Kube, KubeError
 from sluice.operator.leader import LeaderElector
-from sluice.operator.reconcile import Retry, Stop, delete_query, reconcile_cluster, reconcile_query
+from sluice.operator.reconcile import reconcile_query
 
 from tests.support.drivers import DriverSide
 from tests.support.world import (
@@ -340,13 +343,13 @@ def hold(w: World, pod: str, takeover: election.Takeover | None = None) -> dict[
 
 
 def test_ready_follows_the_active_driver(world: World) -> None:
-    from sluice.operator.handlers import _common, driver_lease
+    from sluice.operator.handlers import _kopf, driver_lease
 
     w = world
     w.add_query(standbyReplicas=1)
     reconcile_query(w.env, w.current())
     a, b = driver_pods(w, 2)
-    _common.configure(lambda: w.env)
+    _kopf.configure(lambda: w.env)
     set_pod_ready(w, b, True)  # a warm standby is Ready, the Lease is not held yet
     lease = w.lease()
     driver_lease.handle(lease, namespace=w.ns, type="MODIFIED")
@@ -501,7 +504,7 @@ def test_service_id_is_pinned_at_creation(world: World) -> None:
 
 
 def test_cluster_changes_reach_the_driver_once_the_cluster_rollout_admits_it(world: World) -> None:
-    from sluice.operator.fleet import roll_fleet
+    from sluice.operator.waves import roll_fleet
 
     w = world
     w.add_query()
@@ -517,7 +520,7 @@ def test_cluster_changes_reach_the_driver_once_the_cluster_rollout_admits_it(wor
 
 
 def test_cluster_change_pokes_its_queries_once(world: World) -> None:
-    from sluice.operator.reconcile import CLUSTER_REVISION, poke_queries_of_cluster
+    from sluice.operator.cluster import CLUSTER_REVISION, poke_queries_of_cluster
 
     w = world
     w.add_query("a")

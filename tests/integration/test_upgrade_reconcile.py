@@ -20,9 +20,10 @@ import pytest
 from prometheus_client import CollectorRegistry
 from sluice.core.driverreport import RESTORE_REQUEST
 from sluice.core.election import HOLDER_PLAN
+from sluice.operator.env import Env
 from sluice.operator.kube import KubeError
 from sluice.operator.metrics import OperatorMetrics
-from sluice.operator.reconcile import Env, reconcile_query
+from sluice.operator.reconcile import reconcile_query
 
 from tests.support.drivers import T_ERROR, DriverSide
 from tests.support.waiting import eventually

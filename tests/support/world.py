@@ -14,9 +14,10 @@ from pathlib import Path
 from typing import Any
 
 from prometheus_client import CollectorRegistry
+from sluice.operator.deletion import delete_query
+from sluice.operator.env import Env, Retry
 from sluice.operator.kube import SPEC_HASH, Kube, KubeError
 from sluice.operator.metrics import OperatorMetrics
-from sluice.operator.reconcile import Env, Retry, delete_query
 
 from tests.support import waiting
 

@@ -26,7 +26,7 @@ def register(subparsers: Any) -> None:
 
 def chart_files() -> dict[str, str]:
     """File name -> YAML text of the CRDs the Helm chart carries: Sluice's own kinds."""
-    from sluice.crd.common import GROUP
+    from sluice.crd.base import GROUP
     from sluice.crd.generate import generated_files
 
     return {name: text for name, text in generated_files().items() if name.endswith(f".{GROUP}.yaml")}

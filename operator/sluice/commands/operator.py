@@ -187,8 +187,8 @@ def run_operator(args: argparse.Namespace, stop: threading.Event | None = None,
     """
     import kopf
 
-    from sluice.operator.common import Env
-    from sluice.operator.handlers import _common
+    from sluice.operator.env import Env
+    from sluice.operator.handlers import _kopf
     from sluice.operator.kube import Kube
     from sluice.operator.leader import LeaderElector, mark_pod
     from sluice.operator.main import build_registry, register_admission
@@ -198,9 +198,9 @@ def run_operator(args: argparse.Namespace, stop: threading.Event | None = None,
     api = api_client(args.kubeconfig)
     kube = Kube(api)
     if env_factory is not None:
-        _common.configure(lambda: env_factory(kube))
+        _kopf.configure(lambda: env_factory(kube))
     else:
-        _common.configure(lambda: Env(kube=kube, events=_common.post_event))
+        _kopf.configure(lambda: Env(kube=kube, events=_kopf.post_event))
     log = logging.getLogger("sluice.operator")
 
     if args.metrics_port:

@@ -290,7 +290,7 @@ def _reasons(reasons: list[str]) -> list[str]:
 def _replace_summary(category: str, new: Plan, old: Plan, base: Basis, meta: Mapping[str, Any],
                      policy: UpgradePolicy) -> str:
     """What a replace does: the strategy and the topic the new version writes (the operator's rule,
-    ``sluice.operator.rollout._replace_output_topic``)."""
+    ``sluice.operator.executor._replace_output_topic``)."""
     version = base.version + 1
     running_topic = base.output_topic or old.sink.topic
     if policy.replace_strategy == BACKFILL:

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sluice.core import sparkversion
-from sluice.core.classify.common import TRANSPARENT, fmt
+from sluice.core.classify.comparison import TRANSPARENT, fmt
 from sluice.core.classify.model import Change, change
 from sluice.core.plan import meaning
 from sluice.core.records import PlanInputs

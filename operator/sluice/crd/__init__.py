@@ -1,6 +1,6 @@
 """Custom resource models (pydantic) and the CRD generator."""
 
-from sluice.crd.common import API_VERSION, GROUP, VERSION
+from sluice.crd.base import API_VERSION, GROUP, VERSION
 from sluice.crd.querycluster import QueryCluster, QueryClusterSpec, QueryClusterStatus
 from sluice.crd.streamingquery import StreamingQuery, StreamingQuerySpec, StreamingQueryStatus
 

@@ -10,7 +10,7 @@ from pydantic import Field
 
 from sluice.core.classify.runtime import flatten
 from sluice.core.engine import EngineFacts
-from sluice.crd.common import Resources, StatusModel
+from sluice.crd.base import Resources, StatusModel
 from sluice.crd.kafka import KafkaSasl, KafkaTls
 
 ImagePullPolicy = Literal["Always", "IfNotPresent", "Never"]

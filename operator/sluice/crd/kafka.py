@@ -6,7 +6,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from sluice.crd.common import CrdModel, SecretKeyRef
+from sluice.crd.base import CrdModel, SecretKeyRef
 
 
 class KafkaTls(CrdModel):

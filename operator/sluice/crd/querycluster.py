@@ -11,7 +11,7 @@ from sluice.core import sparkversion
 from sluice.core.plan import meaning
 from sluice.core.plan.model import SPARK_VERSION
 from sluice.core.spec import CleanupPolicy, UpgradePolicy
-from sluice.crd.common import (
+from sluice.crd.base import (
     QUANTITY_PATTERN,
     CrdKind,
     CrdModel,

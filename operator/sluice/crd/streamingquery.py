@@ -10,7 +10,7 @@ from pydantic.alias_generators import to_camel
 from sluice.core import records
 from sluice.core.records import OutputStatus, PinnedPlan, UpgradeRecord, VersionRecord
 from sluice.core.spec import CleanupPolicy, QuerySpec, Sink, Trigger, UpgradePolicy
-from sluice.crd.common import CrdKind, CrdModel, Resources, StatusModel
+from sluice.crd.base import CrdKind, CrdModel, Resources, StatusModel
 from sluice.crd.engine import Engine
 
 Phase = Literal[

@@ -88,7 +88,7 @@ class Session:
         """The ConfigMap of plan ``plan_hash`` (12 characters or more) of query ``query``: by its
         name, else by its labels (a ConfigMap named otherwise by an earlier operator)."""
         from sluice.core.rollback import RollbackError
-        from sluice.operator.rollback import find_plan_config_map
+        from sluice.operator.rollback_request import find_plan_config_map
 
         try:
             return find_plan_config_map(self.kube, self.namespace, query, plan_hash)

@@ -34,7 +34,7 @@ def register(subparsers: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     from sluice.kubectl import diff
     from sluice.kubectl.connection import connect, query_name
-    from sluice.operator.rollback import prepare
+    from sluice.operator.rollback_request import prepare
 
     name = query_name(args.query)
     session = connect(args)

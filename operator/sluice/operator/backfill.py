@@ -27,9 +27,9 @@ from sluice.core.spec import UpgradePolicy
 from sluice.core.status import EventReason, Facts
 from sluice.operator import builders
 from sluice.operator.builders.context import BACKFILL_ROLE, QueryContext
-from sluice.operator.common import QueryRun
-from sluice.operator.driverlease import driver_selector
+from sluice.operator.env import QueryRun
 from sluice.operator.kafka_admin import KafkaUnavailable, sink_topic_settings
+from sluice.operator.lease import driver_selector
 from sluice.operator.workload import converge_pinned
 
 

@@ -9,7 +9,7 @@ from pydantic import ValidationError
 from sluice.core.manifest import validation_problems
 from sluice.core.status import Reason, status_changed
 from sluice.crd.querycluster import QueryClusterSpec
-from sluice.operator.common import DEFAULT_CLUSTER, Env, Retry, Stop, backoff
+from sluice.operator.env import DEFAULT_CLUSTER, Env, Retry, Stop, backoff
 from sluice.operator.kafka_admin import KafkaUnavailable
 from sluice.operator.kube import KubeError
 

@@ -14,10 +14,10 @@ from sluice.core.spec import CleanupPolicy
 from sluice.core.status import EventReason, Facts
 from sluice.crd.querycluster import QueryClusterSpec
 from sluice.crd.streamingquery import StreamingQuerySpec
-from sluice.operator import driverlease
-from sluice.operator.common import DEFAULT_CLUSTER, Env, QueryRun, Retry, backoff
+from sluice.operator.env import DEFAULT_CLUSTER, Env, QueryRun, Retry, backoff
 from sluice.operator.kafka_admin import KafkaUnavailable, TopicAdmin
 from sluice.operator.kube import KubeError
+from sluice.operator.lease import driver_selector
 
 log = logging.getLogger("sluice.operator")
 
@@ -63,8 +63,8 @@ def delete_query(env: Env, body: dict[str, Any], retry: int, runtime_seconds: fl
     # a backfill in flight (a replace's new version beside the drivers) stops too
     if env.kube.get("Deployment", ns, names.backfill) is not None:
         env.kube.delete("Deployment", ns, names.backfill)
-    pods = env.kube.list("Pod", ns, driverlease.driver_selector(names.base))
-    pods += env.kube.list("Pod", ns, driverlease.driver_selector(names.base, "backfill"))
+    pods = env.kube.list("Pod", ns, driver_selector(names.base))
+    pods += env.kube.list("Pod", ns, driver_selector(names.base, "backfill"))
     if pods:
         if runtime_seconds < drain_budget:
             raise Retry(f"waiting for {len(pods)} driver pod(s) to drain", 5)

@@ -20,9 +20,9 @@ from sluice.core.records import QueryRecords
 from sluice.core.rollout import GATED
 from sluice.core.status import EventReason, Facts, Reason, StatusProblem, get_condition
 from sluice.crd.streamingquery import StreamingQuerySpec
-from sluice.operator.common import Env, QueryRun, _facts
-from sluice.operator.driverlease import driver_selector
+from sluice.operator.env import Env, QueryRun, _facts
 from sluice.operator.kube import KubeError
+from sluice.operator.lease import driver_selector
 
 log = logging.getLogger("sluice.operator")
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote, urlencode
 
-from sluice.crd.common import GROUP, VERSION
+from sluice.crd.base import GROUP, VERSION
 
 #: kind -> (API path prefix, plural)
 KINDS: dict[str, tuple[str, str]] = {

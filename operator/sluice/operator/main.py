@@ -9,7 +9,7 @@ import kopf
 
 from sluice.core.election import QUERY_LABEL
 from sluice.core.rollback import ROLLBACK_REQUEST
-from sluice.crd.common import GROUP, VERSION
+from sluice.crd.base import GROUP, VERSION
 from sluice.operator.handlers import admission as webhooks
 from sluice.operator.handlers import cluster, driver_lease, query_delete, query_driver, query_reconcile
 

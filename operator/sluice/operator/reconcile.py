@@ -1,11 +1,12 @@
-"""StreamingQuery reconcile (create, update, resume): validate the spec, find the cluster, compile,
-ensure the sink topic, then let the rollout executor (``rollout.advance``) carry out the rollout
-state machine, and write the conditions.
+"""StreamingQuery reconcile (create, update, resume): observe (validate the spec, find the cluster,
+pin the engine and the plan), ensure the sink topic, act (the rollout executor,
+``executor.advance``, carries out what the pure state machine ``sluice.core.rollout`` decides),
+then decide and write the conditions.
 
-The rest of the reconcile lives beside it: ``common`` (``Env``, ``QueryRun``, ``Retry``,
-``Stop``), ``rollout`` (the executor), ``workload`` (the workload objects), ``deletion`` (the
-finalizer) and ``cluster`` (QueryCluster). The names other code imported from this module
-before the split are still importable from here (``__all__``).
+The rest of the reconcile lives beside it: ``env`` (``Env``, ``QueryRun``, ``Retry``, ``Stop``),
+``desired`` (the engine and plan asked for), ``executor`` and ``upgrade`` (the rollout steps),
+``workload`` (the workload objects), ``cleaner`` (retired versions), ``deletion`` (the finalizer)
+and ``cluster`` (QueryCluster). The core decides, these modules act.
 """
 
 from __future__ import annotations
@@ -23,49 +24,23 @@ from sluice.core.status import EventReason, Reason, StatusProblem
 from sluice.crd.engine import WORKLOAD_TEMPLATE
 from sluice.crd.querycluster import QueryClusterSpec
 from sluice.crd.streamingquery import StreamingQuerySpec
-from sluice.operator import builders, pinning
+from sluice.operator import builders
 from sluice.operator.builders.context import QueryContext
-from sluice.operator.cluster import CLUSTER_REVISION, poke_queries_of_cluster, reconcile_cluster
-from sluice.operator.common import (
+from sluice.operator.desired import Desired, Engines, desired_plan, engines
+from sluice.operator.drivers import driver_problem
+from sluice.operator.env import (
     DEFAULT_CLUSTER,
-    MAX_BACKOFF,
     Env,
-    EventSink,
     QueryRun,
     Retry,
     Stop,
     _facts,
     _problem,
     backoff,
-    read_kafka_secrets,
 )
-from sluice.operator.deletion import KAFKA_DELETE_RETRIES, delete_query
-from sluice.operator.drivers import driver_problem
+from sluice.operator.executor import advance
 from sluice.operator.kafka_admin import KafkaUnavailable, sink_topic_settings
-from sluice.operator.pinning import Desired, Engines
-from sluice.operator.rollout import advance
 from sluice.operator.upgrade import pinned_context
-from sluice.operator.workload import _identity_status
-
-__all__ = [
-    "CLUSTER_REVISION",
-    "DEFAULT_CLUSTER",
-    "KAFKA_DELETE_RETRIES",
-    "MAX_BACKOFF",
-    "Env",
-    "EventSink",
-    "QueryRun",
-    "Retry",
-    "Stop",
-    "_facts",
-    "_identity_status",
-    "backoff",
-    "delete_query",
-    "poke_queries_of_cluster",
-    "read_kafka_secrets",
-    "reconcile_cluster",
-    "reconcile_query",
-]
 
 log = logging.getLogger("sluice.operator")
 
@@ -150,9 +125,9 @@ def _observe(run: QueryRun, retry: int) -> Observed:
         raise Retry(message, backoff(retry)) from exc
 
     # the engine and the plan: the pinned ones, unless the user changed what they come from
-    engs = pinning.engines(run, cluster, cluster_obj)
+    engs = engines(run, cluster, cluster_obj)
     try:
-        desired = pinning.desired_plan(run, spec, engs, spec.upgrade or cluster.upgrade)
+        desired = desired_plan(run, spec, engs, spec.upgrade or cluster.upgrade)
     except CompileError as exc:
         first = exc.problems[0]
         message = "; ".join(p.render() if p.line is None else f"{p.field or 'spec.sql'}: {p.render()}"

@@ -1,6 +1,6 @@
 """The in-place upgrade steps of the rollout executor: switch, health gate, rollback.
 
-Called by ``rollout.advance`` for rollouts in ``Applying``, ``Verifying`` and ``RollingBack``;
+Called by ``executor.advance`` for rollouts in ``Applying``, ``Verifying`` and ``RollingBack``;
 every function carries out one step, writes the next step into ``status.rollout`` and returns
 whether the active driver is ready. Decisions are pure (``sluice.core.rollout``,
 ``sluice.core.gate``); this module reads the Lease and the driver pods, and writes.
@@ -51,9 +51,9 @@ from sluice.core.versions import version_record, with_plan, with_rolled_back, wi
 from sluice.crd.engine import Engine
 from sluice.operator import backfill
 from sluice.operator.builders.context import QueryContext
-from sluice.operator.common import QueryRun
-from sluice.operator.driverlease import driver_selector
-from sluice.operator.pinning import engine_of, plan_of
+from sluice.operator.desired import engine_of, plan_of
+from sluice.operator.env import QueryRun
+from sluice.operator.lease import driver_selector
 from sluice.operator.workload import _converge, _identity_status, converge_pinned
 
 log = logging.getLogger("sluice.operator")

@@ -6,10 +6,11 @@ from __future__ import annotations
 from typing import Any
 
 from sluice.core.status import EventReason
-from sluice.operator import builders, driverlease
+from sluice.operator import builders
 from sluice.operator.builders.context import QueryContext
 from sluice.operator.builders.storage import owner_patch
-from sluice.operator.common import QueryRun
+from sluice.operator.env import QueryRun
+from sluice.operator.lease import active_ready, adopt, forward_handoff
 
 
 def _identity_status(ctx: QueryContext) -> dict[str, Any]:
@@ -46,8 +47,8 @@ def _converge(run: QueryRun, ctx: QueryContext, plan_hash: str, config_map: str,
             if bool(owners) != wants_owner:
                 kube.patch("PersistentVolumeClaim", ctx.namespace, ctx.names.state_claim, owner_patch(ctx))
         if kind == "Lease":
-            lease = driverlease.adopt(kube, ctx, existing)
-            lease = driverlease.forward_handoff(kube, run.body, lease)
+            lease = adopt(kube, ctx, existing)
+            lease = forward_handoff(kube, run.body, lease)
         if kind == "Deployment":
             replicas = obj["spec"]["replicas"]
             was_suspended = run.status.get("phase") == "Suspended"
@@ -57,7 +58,7 @@ def _converge(run: QueryRun, ctx: QueryContext, plan_hash: str, config_map: str,
                 run.event("Normal", EventReason.RESUMED, f"drivers scaled to {replicas}")
     if ctx.driver_replicas == 0:
         return False
-    return driverlease.active_ready(kube, ctx.namespace, lease)
+    return active_ready(kube, ctx.namespace, lease)
 
 
 def converge_pinned(run: QueryRun, ctx: QueryContext) -> bool:

@@ -10,7 +10,7 @@ from sluice.core.status import SHORT_HASH_LENGTH, with_short_hash
 from sluice.crd import KINDS
 from sluice.crd.generate import crd_for
 from sluice.crd.streamingquery import StreamingQuery, StreamingQueryStatus
-from sluice.operator.common import Env, QueryRun
+from sluice.operator.env import Env, QueryRun
 from sluice.operator.metrics import OperatorMetrics
 
 H = "0123456789abcdef" * 4

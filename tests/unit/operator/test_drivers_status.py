@@ -8,8 +8,8 @@ from typing import Any
 from sluice.core import election
 from sluice.core.election import HandoffRequest, LeaseRecord, Takeover
 from sluice.core.status import EventReason
-from sluice.operator.driverlease import driver_selector, handoff_patch
 from sluice.operator.drivers import takeover_message
+from sluice.operator.lease import driver_selector, handoff_patch
 
 T0 = "2026-03-01T10:00:00Z"
 

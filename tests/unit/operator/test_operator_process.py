@@ -11,25 +11,25 @@ import logging
 import kopf
 import pytest
 from prometheus_client import CollectorRegistry
+from sluice.operator.env import Env, Retry, Stop
 from sluice.operator.kube import Kube, KubeError
 from sluice.operator.metrics import OperatorMetrics
-from sluice.operator.reconcile import Env, Retry, Stop
 
 
 def test_errors_become_kopf_errors() -> None:
-    from sluice.operator.handlers import _common
+    from sluice.operator.handlers import _kopf
 
     # no API call happens here: the client is never connected
-    _common.configure(lambda: Env(kube=Kube(None), metrics=OperatorMetrics(CollectorRegistry())))
+    _kopf.configure(lambda: Env(kube=Kube(None), metrics=OperatorMetrics(CollectorRegistry())))
     with pytest.raises(kopf.TemporaryError) as temp:
-        with _common.kopf_errors("StreamingQuery", "reconcile"):
+        with _kopf.kopf_errors("StreamingQuery", "reconcile"):
             raise Retry("cluster missing", 40)
     assert temp.value.delay == 40
     with pytest.raises(kopf.PermanentError):
-        with _common.kopf_errors("StreamingQuery", "reconcile"):
+        with _kopf.kopf_errors("StreamingQuery", "reconcile"):
             raise Stop("bad sql")
     with pytest.raises(kopf.TemporaryError):
-        with _common.kopf_errors("StreamingQuery", "reconcile"):
+        with _kopf.kopf_errors("StreamingQuery", "reconcile"):
             raise KubeError(409, {}, "PUT")
 
 

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 from sluice.operator import builders
-from sluice.operator.reconcile import _identity_status
+from sluice.operator.workload import _identity_status
 from sluice_runtime import cli
 from sluice_runtime.steps import BuildContext
 

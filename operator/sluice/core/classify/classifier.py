@@ -28,7 +28,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from sluice.core import sparkversion
-from sluice.core.classify.common import IN_PLACE_ROWS, plain
+from sluice.core.classify.comparison import IN_PLACE_ROWS, plain
 from sluice.core.classify.lineage import Lineage
 from sluice.core.classify.match import Matching, match
 from sluice.core.classify.model import (

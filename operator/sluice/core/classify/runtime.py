@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from sluice.core.classify.common import TRANSPARENT, fmt
+from sluice.core.classify.comparison import TRANSPARENT, fmt
 from sluice.core.classify.model import Change, change
 
 #: Spec paths outside the plan that change the running query, and what they do.

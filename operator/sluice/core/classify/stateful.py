@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sluice.core.classify.common import REPLACE, UPSTREAM, Ctx, fmt, plain
+from sluice.core.classify.comparison import REPLACE, UPSTREAM, Ctx, fmt, plain
 from sluice.core.classify.lineage import Lineage
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sluice.core.classify.common import IN_PLACE_ROWS, REPLACE, TRANSPARENT, Ctx, fmt
+from sluice.core.classify.comparison import IN_PLACE_ROWS, REPLACE, TRANSPARENT, Ctx, fmt
 from sluice.core.plan.steptypes import STATEFUL
 
 

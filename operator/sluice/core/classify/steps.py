@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from sluice.core.classify.common import REPLACE, STRUCTURAL, TRANSPARENT, Ctx, fmt
+from sluice.core.classify.comparison import REPLACE, STRUCTURAL, TRANSPARENT, Ctx, fmt
 from sluice.core.classify.stateful import _aggregate, _dedup, _join, _session, _state_types, _window
 from sluice.core.classify.stateless import _filter, _project, _sink, _source, _union, _watermark
 from sluice.core.plan.steptypes import STATEFUL

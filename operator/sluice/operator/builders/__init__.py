@@ -1,8 +1,7 @@
 """Pure builders: desired Kubernetes objects as plain dicts, unit-tested without a cluster."""
 
 from sluice.operator.builders.context import QueryContext, default_image
-from sluice.operator.builders.driver import disruption_budget, driver_deployment
-from sluice.operator.builders.lease import driver_lease
+from sluice.operator.builders.driver import disruption_budget, driver_deployment, driver_lease
 from sluice.operator.builders.network import metrics_service
 from sluice.operator.builders.plan import plan_config_map
 from sluice.operator.builders.rbac import role, role_binding, service_account

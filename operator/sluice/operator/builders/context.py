@@ -10,7 +10,7 @@ from sluice import __version__
 from sluice.core import election
 from sluice.core.naming import QueryIdentity, QueryNames
 from sluice.core.replace import PreviousVersion
-from sluice.crd.common import API_VERSION, Resources
+from sluice.crd.base import API_VERSION, Resources
 from sluice.crd.engine import Engine
 from sluice.crd.querycluster import QueryClusterSpec
 from sluice.crd.streamingquery import StreamingQuerySpec

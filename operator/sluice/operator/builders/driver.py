@@ -306,3 +306,17 @@ def disruption_budget(ctx: QueryContext) -> dict[str, Any]:
             "selector": {"matchLabels": ctx.selector()},
         },
     }
+
+
+def driver_lease(ctx: QueryContext) -> dict[str, Any]:
+    """No holder: the first warm driver takes it. Owned by the query (garbage-collected with it).
+
+    Create-only: the drivers write its spec and the holder's annotations, so the operator never
+    replaces it (``kube.MUTABLE_KINDS`` leaves it out).
+    """
+    return {
+        "apiVersion": "coordination.k8s.io/v1",
+        "kind": "Lease",
+        "metadata": ctx.metadata(ctx.lease, ctx.role),
+        "spec": {"leaseDurationSeconds": LEASE_SECONDS},
+    }

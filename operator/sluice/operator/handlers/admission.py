@@ -35,7 +35,7 @@ from sluice.core.admission import RunningPlan, SpecModels, Verdict
 from sluice.core.naming import PLAN_FILE
 from sluice.crd.querycluster import QueryClusterSpec
 from sluice.crd.streamingquery import StreamingQuerySpec
-from sluice.operator.handlers._common import as_dict, env
+from sluice.operator.handlers._kopf import as_dict, env
 from sluice.operator.kube import MERGE_PATCH, Kube, KubeError
 
 log = logging.getLogger("sluice.operator")

@@ -5,8 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from sluice.operator.cluster import poke_queries_of_cluster, reconcile_cluster
-from sluice.operator.fleet import roll_fleet
-from sluice.operator.handlers._common import as_dict, env, kopf_errors
+from sluice.operator.handlers._kopf import as_dict, env, kopf_errors
+from sluice.operator.waves import roll_fleet
 
 #: seconds between looks at a rollout across the cluster's queries while it is in progress
 ROLLOUT_INTERVAL = 5.0

@@ -7,7 +7,7 @@ from typing import Any
 
 from sluice.core import election
 from sluice.operator.drivers import refresh_drivers
-from sluice.operator.handlers._common import as_dict, env, kopf_errors
+from sluice.operator.handlers._kopf import as_dict, env, kopf_errors
 
 #: what was last reported per Lease uid: renewals (every few seconds) change nothing of it
 _SEEN: dict[str, tuple[str, str | None]] = {}

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from sluice.operator.deletion import delete_query
-from sluice.operator.handlers._common import as_dict, env, kopf_errors
+from sluice.operator.handlers._kopf import as_dict, env, kopf_errors
 
 
 def handle(body: Any, retry: int, runtime: Any, **_: Any) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from sluice.operator.drivers import refresh_drivers
-from sluice.operator.handlers._common import env, kopf_errors
+from sluice.operator.handlers._kopf import env, kopf_errors
 
 #: last status seen per Deployment uid (saves API calls on events that change nothing we report)
 _SEEN: dict[str, tuple[Any, ...]] = {}

@@ -14,9 +14,9 @@ from typing import Any
 
 from sluice.core.gate import parse_time
 from sluice.core.rollout import GATED
-from sluice.operator.handlers._common import as_dict, env, kopf_errors
+from sluice.operator.handlers._kopf import as_dict, env, kopf_errors
 from sluice.operator.reconcile import reconcile_query
-from sluice.operator.rollback import honour_request
+from sluice.operator.rollback_request import honour_request
 
 #: seconds between evaluations of a rollout's health gate
 GATE_INTERVAL = 2.0

@@ -23,7 +23,7 @@ from sluice.crd.engine import Engine
 from sluice.crd.querycluster import QueryClusterSpec
 from sluice.crd.streamingquery import StreamingQuerySpec
 from sluice.operator.builders.context import default_image
-from sluice.operator.common import QueryRun, Retry
+from sluice.operator.env import QueryRun, Retry
 
 Cause = Literal["spec", "cluster", "replan"]
 

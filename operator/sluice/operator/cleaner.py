@@ -20,7 +20,7 @@ from sluice.core.status import EventReason, now_rfc3339
 from sluice.core.versions import RETIRED, ROLLED_BACK
 from sluice.crd.querycluster import QueryClusterSpec
 from sluice.operator.builders.context import QueryContext
-from sluice.operator.common import QueryRun
+from sluice.operator.env import QueryRun
 from sluice.operator.kafka_admin import KafkaUnavailable
 
 log = logging.getLogger("sluice.operator")

@@ -1,7 +1,7 @@
 """What the reconcile modules share: the environment, one query's reconcile run, retry signals.
 
 Handlers stay thin and call into ``reconcile`` (StreamingQuery create/update/resume),
-``rollout`` (the rollout executor it delegates to), ``deletion`` (the finalizer) and ``cluster``
+``executor`` (the rollout executor it delegates to), ``deletion`` (the finalizer) and ``cluster``
 (QueryCluster). None of them imports kopf: retries are asked for by raising ``Retry``
 (temporary) or ``Stop`` (wait for the next spec edit); the handler modules translate them into
 kopf's errors. Status is written *before* acting (write-ahead log).

@@ -37,10 +37,10 @@ from sluice.core.status import EventReason, Facts
 from sluice.core.versions import version_record, with_running
 from sluice.crd.querycluster import QueryClusterSpec
 from sluice.crd.streamingquery import StreamingQuerySpec
-from sluice.operator import backfill, cleanup, upgrade
+from sluice.operator import backfill, cleaner, upgrade
 from sluice.operator.builders.context import QueryContext
-from sluice.operator.common import QueryRun
-from sluice.operator.pinning import Desired, Engines, engine_of, plan_of
+from sluice.operator.desired import Desired, Engines, engine_of, plan_of
+from sluice.operator.env import QueryRun
 from sluice.operator.workload import _converge, _ensure_plan_config_map, _identity_status, converge_pinned
 
 log = logging.getLogger("sluice.operator")
@@ -147,9 +147,9 @@ def _act_revert(turn: Turn, action: Action) -> bool:
 
 def _act_classify(turn: Turn, action: Action) -> bool:
     run, ctx = turn.run, turn.ctx
-    if cleanup.discard_pending(run):  # a rolled-back version's leftovers go before a new rollout
+    if cleaner.discard_pending(run):  # a rolled-back version's leftovers go before a new rollout
         turn.ready = converge_pinned(run, ctx)
-        cleanup.clean_up(run, ctx, turn.cluster)
+        cleaner.clean_up(run, ctx, turn.cluster)
         return True
     turn.ready = _classify(run, ctx, turn.spec, turn.cluster, turn.desired, turn.engines, turn.base,
                            action.from_hash)
@@ -179,7 +179,7 @@ def _act_steady(turn: Turn, action: Action) -> bool:
     run, ctx = turn.run, turn.ctx
     turn.ready = converge_pinned(run, ctx)
     if action.kind in ("steady", "held"):
-        cleanup.clean_up(run, ctx, turn.cluster)
+        cleaner.clean_up(run, ctx, turn.cluster)
     return True
 
 

@@ -9,7 +9,7 @@ from typing import Any
 
 import kopf
 
-from sluice.operator.common import Env, Retry, Stop
+from sluice.operator.env import Env, Retry, Stop
 from sluice.operator.kube import KubeError
 
 log = logging.getLogger("sluice.operator")

@@ -3,7 +3,7 @@
 ``roll_fleet`` reads the cluster and every query that refers to it, lets the pure planner
 (``sluice.core.fleet.plan_wave``) decide which queries are admitted, writes ``status.rollout`` of
 the QueryCluster (how far it got, why it stopped) and annotates the queries it newly admitted, so
-that each reconciles at once and carries its upgrade out (``sluice.operator.pinning.engines`` reads
+that each reconciles at once and carries its upgrade out (``sluice.operator.desired.engines`` reads
 the admission). It runs when the cluster changes and on a timer while a rollout is in progress.
 """
 
@@ -21,7 +21,7 @@ from sluice.crd.engine import Engine
 from sluice.crd.querycluster import QueryClusterSpec
 from sluice.operator.builders.context import default_image
 from sluice.operator.cluster import annotate, queries_of
-from sluice.operator.common import Env
+from sluice.operator.env import Env
 
 log = logging.getLogger("sluice.operator")
 

@@ -2,7 +2,7 @@
 whether the active driver (the holder) is ready.
 
 The drivers own the Lease's spec and the holder's annotations; the operator only creates it (see
-``builders.lease``), sets its owner when a driver created it first, and writes ``HANDOFF_REQUEST``.
+``builders.driver``), sets its owner when a driver created it first, and writes ``HANDOFF_REQUEST``.
 Every write here is a merge patch of ``metadata`` only.
 """
 

@@ -32,7 +32,7 @@ from sluice.core.status import SHORT_HASH_LENGTH, EventReason
 from sluice.core.status import short_hash as short
 from sluice.crd.streamingquery import StreamingQuerySpec
 from sluice.operator.builders.plan import PLAN_HASH_KEY
-from sluice.operator.common import Env
+from sluice.operator.env import Env
 from sluice.operator.kube import Kube, KubeError
 
 log = logging.getLogger("sluice.operator")
