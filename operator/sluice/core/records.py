@@ -9,6 +9,7 @@ CRD schema (``sluice.crd.streamingquery`` composes them), camelCase on the wire.
 
 from __future__ import annotations
 
+import json
 from typing import Any, Literal, Self
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -39,8 +40,23 @@ class EngineRef(StatusModel):
     digest: str = Field(default="", description="sha256 of the engine snapshot.")
 
 
+#: the driver's environment variable holding the previous version (JSON)
+PREVIOUS_VERSION_ENV = "SLUICE_PREVIOUS_VERSION"
+
+
+class PreviousVersionError(ValueError):
+    """The previous version's description is not usable (names the field)."""
+
+
+#: the fields of a previous version as JSON, and their types (checked strictly: a driver's environment)
+_PREVIOUS_FIELDS: dict[str, type] = {"version": int, "planHash": str, "checkpoint": str, "consumerGroup": str,
+                                     "transactionalId": str, "sinkTopic": str, "exactlyOnce": bool}
+
+
 class PreviousVersion(StatusModel):
     """The plan version a replace with hand-off started after (its drivers' SLUICE_PREVIOUS_VERSION)."""
+
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="ignore", frozen=True)
 
     version: int = Field(description="Its plan version.")
     plan_hash: str = Field(description="sha256 of its plan.")
@@ -49,6 +65,34 @@ class PreviousVersion(StatusModel):
     transactional_id: str = Field(description="Fenced by the new version's first driver.")
     sink_topic: str = Field(description="The topic it wrote.")
     exactly_once: bool = Field(description="Whether it wrote with exactly-once (transactional) delivery.")
+
+    def to_dict(self) -> dict[str, Any]:
+        return self.for_storage()
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"))
+
+    @classmethod
+    def from_dict(cls, data: Any, where: str = PREVIOUS_VERSION_ENV) -> PreviousVersion:
+        """Checked field by field (non-empty strings, an int that is not a bool): a driver's
+        environment or a stored status; ``where`` names it in the error."""
+        if not isinstance(data, dict):
+            raise PreviousVersionError(f"{where}: expected an object, got {type(data).__name__}")
+        for name, kind in _PREVIOUS_FIELDS.items():
+            value = data.get(name)
+            if not isinstance(value, kind) or (kind is str and not value) or (
+                    kind is int and isinstance(value, bool)):
+                raise PreviousVersionError(f"{where}.{name}: expected a {'non-empty ' if kind is str else ''}"
+                                           f"{kind.__name__}, got {value!r}")
+        return cls.model_validate(data)
+
+    @classmethod
+    def from_json(cls, text: str, where: str = PREVIOUS_VERSION_ENV) -> PreviousVersion:
+        try:
+            data = json.loads(text)
+        except ValueError as exc:
+            raise PreviousVersionError(f"{where}: not JSON ({exc})") from None
+        return cls.from_dict(data, where)
 
 
 class PlanInputs(StatusModel):

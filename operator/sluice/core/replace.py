@@ -17,69 +17,21 @@ version's output covers:
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from sluice.core.plan.steptypes import reset_notes
+from sluice.core.records import PREVIOUS_VERSION_ENV, PreviousVersion, PreviousVersionError
+
+__all__ = ["PREVIOUS_VERSION_ENV", "PreviousVersion", "PreviousVersionError"]
 
 if TYPE_CHECKING:
     from sluice.core.plan.model import Plan
 
-#: the driver's environment variable holding the previous version (JSON)
-PREVIOUS_VERSION_ENV = "SLUICE_PREVIOUS_VERSION"
 #: the topic a version writes when it is not its plan's sink topic (a backfill's versioned topic)
 OUTPUT_TOPIC_ENV = "SLUICE_OUTPUT_TOPIC"
 #: where a backfill's fresh checkpoint starts reading: ``earliest`` or an RFC 3339 time
 START_FROM_ENV = "SLUICE_START_FROM"
 
-
-class PreviousVersionError(ValueError):
-    """The previous version's description is not usable (names the field)."""
-
-
-@dataclass(frozen=True)
-class PreviousVersion:
-    """The plan version a replace hands off from."""
-
-    version: int
-    plan_hash: str
-    checkpoint: str  # its checkpoint base (epochs under it)
-    consumer_group: str
-    transactional_id: str
-    sink_topic: str
-    exactly_once: bool
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"version": self.version, "planHash": self.plan_hash, "checkpoint": self.checkpoint,
-                "consumerGroup": self.consumer_group, "transactionalId": self.transactional_id,
-                "sinkTopic": self.sink_topic, "exactlyOnce": self.exactly_once}
-
-    def to_json(self) -> str:
-        return json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"))
-
-    @classmethod
-    def from_dict(cls, data: Any, where: str = PREVIOUS_VERSION_ENV) -> PreviousVersion:
-        if not isinstance(data, dict):
-            raise PreviousVersionError(f"{where}: expected an object, got {type(data).__name__}")
-        fields = {"version": int, "planHash": str, "checkpoint": str, "consumerGroup": str,
-                  "transactionalId": str, "sinkTopic": str, "exactlyOnce": bool}
-        for name, kind in fields.items():
-            value = data.get(name)
-            if not isinstance(value, kind) or (kind is str and not value) or (
-                    kind is int and isinstance(value, bool)):
-                raise PreviousVersionError(f"{where}.{name}: expected a {'non-empty ' if kind is str else ''}"
-                                           f"{kind.__name__}, got {value!r}")
-        return cls(version=data["version"], plan_hash=data["planHash"], checkpoint=data["checkpoint"],
-                   consumer_group=data["consumerGroup"], transactional_id=data["transactionalId"],
-                   sink_topic=data["sinkTopic"], exactly_once=data["exactlyOnce"])
-
-    @classmethod
-    def from_json(cls, text: str, where: str = PREVIOUS_VERSION_ENV) -> PreviousVersion:
-        try:
-            data = json.loads(text)
-        except ValueError as exc:
-            raise PreviousVersionError(f"{where}: not JSON ({exc})") from None
-        return cls.from_dict(data, where)
 
 
 def previous_version(*, version: int, plan: Plan, plan_hash: str, checkpoint: str, consumer_group: str,

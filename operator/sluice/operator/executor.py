@@ -35,6 +35,7 @@ from sluice.core.rollout import (
 from sluice.core.spec import UpgradePolicy
 from sluice.core.status import EventReason, Facts
 from sluice.core.versions import version_record, with_running
+from sluice.crd.engine import Engine
 from sluice.crd.querycluster import QueryClusterSpec
 from sluice.crd.streamingquery import StreamingQuerySpec
 from sluice.operator import backfill, cleaner, upgrade
@@ -298,90 +299,125 @@ def _resume(run: QueryRun, ctx: QueryContext, plan: Plan, plan_hash: str, plan_j
     return upgrade.roll_back(run, ctx, rollout)
 
 
-def _classify(run: QueryRun, ctx: QueryContext, spec: StreamingQuerySpec, cluster: QueryClusterSpec,
-              desired: Desired, engines: Engines, base: dict[str, Any], from_hash: str | None) -> bool:
-    plan, plan_hash, plan_json = desired.plan, desired.hash, desired.plan.to_json()
+@dataclass(frozen=True)
+class Deployed:
+    """What the workload runs when an edit is classified: the context of its plan version, its plan
+    (None: the ConfigMap is gone), ConfigMap and hash, and its engine. A rollout that failed its gate
+    (rollback Never) left the workload on its target: then that is what runs."""
+
+    ctx: QueryContext
+    plan: Plan | None
+    config_map: str
+    plan_hash: str
+    engine: Engine
+
+
+def _deployed(run: QueryRun, ctx: QueryContext, engines: Engines, from_hash: str | None) -> Deployed:
     records = run.records
     pinned = records.plan
     assert pinned is not None  # classified against the plan that runs
-    policy = spec.upgrade or cluster.upgrade
     running = records.rollout if from_hash != pinned.hash else None
-    from_cm_name = (running.target_config_map if running else None) or pinned.config_map
-    old = plan_of(run, from_cm_name)
-    # the engine the workload runs: a rollout that failed its gate (rollback Never) left its own
-    deployed_engine = (upgrade.rollout_engine(running) or engine_of(records.engine)
-                       or engines.stable.snapshot())
-    to_engine = engines.desired.compute_digest()
-    engine_moves = deployed_engine.compute_digest() != to_engine
-    extra = engine_changes(deployed_engine.facts(), engines.desired.facts()) if engine_moves else []
-    if old is None:
-        category, decision = "unsupported", "reject"
-        reasons = [f"the running plan's ConfigMap {from_cm_name} is missing"]
-        changes: list[str] = []
-    else:
-        result = run.env.classify(old, plan, policy, extra=extra)
-        category, decision = str(result.category), str(result.decision)
-        reasons = [str(r) for r in result.reasons]
-        changes = [getattr(c, "message", str(c)) for c in result.changes]
-    run.env.metrics.upgrades.labels(category=category, decision=decision).inc()
-    cm_name = ctx.names.plan_config_map(plan_hash)
-    now = run.env.clock()
-    # the version that runs: a replace that failed its gate (rollback Never) left the next one running
-    basis = upgrade.rollout_context(ctx, running) if running else ctx
-    previous = None
+    config_map = (running.target_config_map if running else None) or pinned.config_map
+    engine = upgrade.rollout_engine(running) or engine_of(records.engine) or engines.stable.snapshot()
+    return Deployed(ctx=upgrade.rollout_context(ctx, running) if running else ctx,
+                    plan=plan_of(run, config_map), config_map=config_map,
+                    plan_hash=str(from_hash or pinned.hash), engine=engine)
+
+
+@dataclass(frozen=True)
+class Verdict:
+    category: str
+    decision: str
+    reasons: list[str]
+    changes: list[str]
+
+
+def _verdict(run: QueryRun, deployed: Deployed, plan: Plan, policy: UpgradePolicy,
+             extra: list[Any]) -> Verdict:
+    """The classifier's word on going from the plan and engine that run to ``plan`` (and the engine
+    changes ``extra``); a missing running plan cannot be classified: refused."""
+    if deployed.plan is None:
+        missing = f"the running plan's ConfigMap {deployed.config_map} is missing"
+        return Verdict("unsupported", "reject", [missing], [])
+    result = run.env.classify(deployed.plan, plan, policy, extra=extra)
+    return Verdict(str(result.category), str(result.decision), [str(r) for r in result.reasons],
+                   [getattr(c, "message", str(c)) for c in result.changes])
+
+
+def _rollout_of(run: QueryRun, ctx: QueryContext, deployed: Deployed, desired: Desired, engines: Engines,
+                policy: UpgradePolicy, verdict: Verdict, from_hash: str | None) -> Rollout:
+    """The rollout an edit's verdict starts (or parks), with the engine it moves to and, for an
+    in-place start, the Lease term count before anything moves (only a later term passes the gate)."""
+    pinned = run.records.plan
+    assert pinned is not None
+    basis, plan = deployed.ctx, desired.plan
+    previous: PreviousVersion | None = None
     output_topic: str | None = None
-    if old is not None and decision == "replace":
+    if deployed.plan is not None and verdict.decision == "replace":
         ident = basis.identity
-        previous = PreviousVersion.model_validate(previous_version(
-            version=basis.plan_version, plan=old, plan_hash=str(from_hash or pinned.hash),
-            checkpoint=ident.checkpoint_path, consumer_group=ident.consumer_group,
-            transactional_id=ident.transactional_id, output_topic=basis.output_topic).to_dict())
-        output_topic = _replace_output_topic(basis, old, plan, policy.replace_strategy)
+        previous = previous_version(version=basis.plan_version, plan=deployed.plan,
+                                    plan_hash=deployed.plan_hash, checkpoint=ident.checkpoint_path,
+                                    consumer_group=ident.consumer_group,
+                                    transactional_id=ident.transactional_id, output_topic=basis.output_topic)
+        output_topic = _replace_output_topic(basis, deployed.plan, plan, policy.replace_strategy)
     rollout = classified_rollout(pinned=pinned.model_copy(update={"version": basis.plan_version}),
-                                 target_hash=plan_hash,
-                                 target_config_map=cm_name, category=category, decision=decision,
-                                 from_hash=from_hash, allow_replace=policy.allow_replace, now=now,
+                                 target_hash=desired.hash,
+                                 target_config_map=ctx.names.plan_config_map(desired.hash),
+                                 category=verdict.category, decision=verdict.decision, from_hash=from_hash,
+                                 allow_replace=policy.allow_replace, now=run.env.clock(),
                                  replace_strategy=policy.replace_strategy, previous=previous,
-                                 replace_note=state_reset_note(plan) if decision == "replace" else "",
+                                 replace_note=state_reset_note(plan) if verdict.decision == "replace" else "",
                                  output_topic=output_topic, backfill_from=policy.backfill_from,
                                  max_lag_records=policy.max_lag_records)
     update: dict[str, Any] = {"target_inputs": desired.inputs}
-    if engine_moves:
+    if deployed.engine.compute_digest() != engines.desired.compute_digest():
         update.update(target_engine=EngineRef.model_validate(engines.desired.record()),
-                      from_engine=deployed_engine.compute_digest())
+                      from_engine=deployed.engine.compute_digest())
     if rollout.step == Step.APPLYING:
-        # the Lease term count before anything moves: only a term after it passes the gate
         lease = upgrade.read_lease(run, ctx)
         update["start_epoch"] = lease.transitions if lease is not None else 0
-    rollout = rollout.model_copy(update=update)
-    cause = "cluster" if engine_moves else desired.cause
+    return rollout.model_copy(update=update)
+
+
+def _classify(run: QueryRun, ctx: QueryContext, spec: StreamingQuerySpec, cluster: QueryClusterSpec,
+              desired: Desired, engines: Engines, base: dict[str, Any], from_hash: str | None) -> bool:
+    """Classify the edit against what runs, write its rollout and upgrade record (write-ahead), say
+    so, and start it (another turn) or keep the workload where it is."""
+    policy = spec.upgrade or cluster.upgrade
+    deployed = _deployed(run, ctx, engines, from_hash)
+    from_engine, to_engine = deployed.engine.compute_digest(), engines.desired.compute_digest()
+    moves = from_engine != to_engine
+    extra = engine_changes(deployed.engine.facts(), engines.desired.facts()) if moves else []
+    verdict = _verdict(run, deployed, desired.plan, policy, extra)
+    run.env.metrics.upgrades.labels(category=verdict.category, decision=verdict.decision).inc()
+    rollout = _rollout_of(run, ctx, deployed, desired, engines, policy, verdict, from_hash)
     record = upgrade_record(from_hash=from_hash, to_hash=rollout.target_hash, category=rollout.category,
-                            decision=rollout.decision, outcome=outcome_of(rollout.step), reasons=reasons,
-                            changes=changes, now=now, generation=run.generation,
-                            from_engine=deployed_engine.compute_digest(), to_engine=to_engine, cause=cause)
+                            decision=rollout.decision, outcome=outcome_of(rollout.step),
+                            reasons=verdict.reasons, changes=verdict.changes, now=rollout.started,
+                            generation=run.generation, from_engine=from_engine, to_engine=to_engine,
+                            cause="cluster" if moves else desired.cause)
     if is_replace(rollout):  # what the replace will do and cost, until it ends
         record = record.model_copy(update={"message": rollout.message})
     updates: dict[str, Any] = {**base, "rollout": rollout, "lastUpgrade": record}
     if record.outcome == Outcome.REJECTED:
-        updates["history"] = with_history(records.history, record)
+        updates["history"] = with_history(run.records.history, record)
     run.write(updates)  # write-ahead
-    summary = f"{category} change: {decision}" + (f" ({reasons[0]})" if reasons else "")
+    summary = f"{verdict.category} change: {verdict.decision}" + (
+        f" ({verdict.reasons[0]})" if verdict.reasons else "")
     run.event("Normal", EventReason.UPGRADE_CLASSIFIED, summary)
     if rollout.step == Step.AWAITING_UPGRADE:
         run.event("Normal", EventReason.UPGRADE_PENDING, rollout.message)
     elif rollout.step == Step.REJECTED:
         run.event("Warning", EventReason.UPGRADE_REJECTED, rollout.message + f": {summary}")
     if rollout.step in (Step.APPLYING, Step.BACKFILLING):
-        _ensure_plan_config_map(run, ctx, plan_hash, plan_json)
+        _ensure_plan_config_map(run, ctx, desired.hash, desired.plan.to_json())
         kind = f"replace with {rollout.replace_strategy}" if is_replace(rollout) else "in-place upgrade"
-        what = f"engine {deployed_engine.compute_digest()[:12]} -> {to_engine[:12]}, " if engine_moves else ""
+        what = f"engine {from_engine[:12]} -> {to_engine[:12]}, " if moves else ""
         run.event("Normal", EventReason.UPGRADE_STARTED,
-                  f"{kind} {what}plan {str(from_hash)[:12]} -> {plan_hash[:12]}: {rollout.message}")
+                  f"{kind} {what}plan {str(from_hash)[:12]} -> {desired.hash[:12]}: {rollout.message}")
         return False
     # waiting or rejected: the workload stays on the plan it runs
-    deployed_cm = from_cm_name
-    return _converge(run, upgrade.rollout_context(ctx, running) if running else ctx,
-                     str(from_hash or pinned.hash), deployed_cm)
+    return _converge(run, deployed.ctx, deployed.plan_hash, deployed.config_map)
 
 
 def _replace_output_topic(basis: QueryContext, old: Plan, new: Plan, strategy: str) -> str | None:

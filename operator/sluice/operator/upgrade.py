@@ -25,8 +25,6 @@ from sluice.core.driverreport import (
 from sluice.core.election import HOLDER_ENGINE, HOLDER_PLAN, LAST_TAKEOVER, LeaseRecord, Takeover, lease_name
 from sluice.core.engine import rewrites_checkpoint
 from sluice.core.records import OutputStatus, PinnedPlan, Rollout, UpgradeError, VersionRecord
-from sluice.core.records import PreviousVersion as RecordedPrevious
-from sluice.core.replace import PreviousVersion
 from sluice.core.rollout import (
     DISCARD,
     HAND_BACK,
@@ -78,17 +76,13 @@ def error_status(error: DriverError | None) -> UpgradeError | None:
                                         "step": error.step or None})
 
 
-def _previous(record: RecordedPrevious | None, where: str) -> PreviousVersion | None:
-    return PreviousVersion.from_dict(record.for_storage(), where) if record is not None else None
-
-
 def pinned_context(ctx: QueryContext, pinned: PinnedPlan | None) -> QueryContext:
     """The context of the pinned plan's version (the version it replaced with hand-off, the topic it
     writes when a backfill moved it)."""
     if pinned is None:
         return dataclasses.replace(ctx, plan_version=1, previous=None, output_topic=None)
     return dataclasses.replace(ctx, plan_version=pinned.version,
-                               previous=_previous(pinned.hand_off_from, "status.plan.handOffFrom"),
+                               previous=pinned.hand_off_from,
                                output_topic=pinned.output_topic or None)
 
 
@@ -105,7 +99,7 @@ def rollout_context(ctx: QueryContext, rollout: Rollout) -> QueryContext:
     # a backfill's version continues the backfill's checkpoint: nothing to hand off from
     previous = rollout.previous if not is_backfill(rollout) else None
     return dataclasses.replace(ctx, plan_version=version,
-                               previous=_previous(previous, "status.rollout.previous"),
+                               previous=previous,
                                output_topic=rollout.output_topic or None)
 
 
