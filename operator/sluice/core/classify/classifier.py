@@ -25,6 +25,7 @@ Steps are paired by their place in the plan, not by their (positional) ids
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from sluice.core import sparkversion
@@ -43,7 +44,7 @@ from sluice.core.classify.model import (
 from sluice.core.classify.runtime import runtime_changes
 from sluice.core.classify.steps import KNOWN_STEP_TYPES, REPLACE, TRANSPARENT, Ctx, compare_step, fmt
 from sluice.core.plan import meaning
-from sluice.core.plan.model import PLAN_FORMAT_VERSION, Plan
+from sluice.core.plan.model import PLAN_FORMAT_VERSION, FieldSpec, Plan
 from sluice.core.plan.steptypes import STATEFUL
 from sluice.core.replace import state_reset_note
 from sluice.core.spec import UpgradePolicy
@@ -237,118 +238,158 @@ def _definitions(lin: Lineage, plan: Plan) -> dict[str, str]:
     return {f.name: lin.column(f.name, None, list(sink.inputs), 0) for f in plan.output_schema}
 
 
-def _output_schema(old_plan: Plan, new_plan: Plan, olin: Lineage, nlin: Lineage) -> list[Change]:
-    old, new = list(old_plan.output_schema), list(new_plan.output_schema)
-    sink_id, topic = new_plan.sink.id, new_plan.sink.topic
-    out: list[Change] = []
-    ot = {f.name: f.type for f in old}
-    nt = {f.name: f.type for f in new}
-    odef, ndef = _definitions(olin, old_plan), _definitions(nlin, new_plan)
-    oshow = _definitions(Lineage(old_plan, display=True), old_plan)
-    nshow = _definitions(Lineage(new_plan, display=True), new_plan)
-    tail = (
-        f"Consumers of topic {fmt(topic)} see this from the next record on; the column change by "
-        f"itself touches no operator state, "
-        f"so on its own this keeps state and offsets (in-place)."
-    )
-    renamed: set[str] = set()
-    if len(old) == len(new):
-        for a, b in zip(old, new, strict=True):
-            if a.name != b.name and a.name not in nt and b.name not in ot and a.type == b.type:
-                renamed |= {a.name, b.name}
-                out.append(
-                    change(
-                        "schema-evolution",
-                        sink_id,
-                        "outputSchema",
-                        f"{a.name} {a.type}",
-                        f"{b.name} {b.type}",
-                        f"Step {sink_id}: output column renamed from "
-                        f"'{a.name} {a.type}' to '{b.name} {b.type}'. {tail}",
-                    )
-                )
-    for f in old:
-        if f.name not in nt and f.name not in renamed:
-            out.append(
-                change(
-                    "schema-evolution",
-                    sink_id,
-                    "outputSchema",
-                    f"{f.name} {f.type}",
-                    None,
-                    f"Step {sink_id}: output column '{f.name} {f.type}' removed. {tail}",
-                )
-            )
-    redefined: set[str] = set()
-    for f in new:
-        if f.name not in ot and f.name not in renamed:
-            out.append(
-                change(
-                    "schema-evolution",
-                    sink_id,
-                    "outputSchema",
-                    None,
-                    f"{f.name} {f.type}",
-                    f"Step {sink_id}: output column '{f.name} {f.type}' added. {tail}",
-                )
-            )
-        elif f.name in ot and ot[f.name] != f.type:
-            out.append(
-                change(
-                    "schema-evolution",
-                    sink_id,
-                    "outputSchema",
-                    f"{f.name} {ot[f.name]}",
-                    f"{f.name} {f.type}",
-                    f"Step {sink_id}: output column {fmt(f.name)} retyped from "
-                    f"'{f.name} {ot[f.name]}' to '{f.name} {f.type}'. {tail}",
-                )
-            )
-        elif f.name in ot and odef.get(f.name) != ndef.get(f.name):
-            redefined.add(f.name)
-            was, now = oshow[f.name], nshow[f.name]
-            if was == now:  # the same text: a type changed under it
-                was, now = plain(odef[f.name]), plain(ndef[f.name])
-            moved = [n for n, d in odef.items() if n != f.name and d == ndef[f.name]]
-            if moved:
-                what = (
-                    f"now holds {fmt(now)}, which was output as {fmt(moved[0])} before (it held {fmt(was)}): "
-                    f"the values moved to other column names. {tail}"
-                )
-                category: Category = "schema-evolution"
-            else:
-                what = (
-                    f"is now computed as {fmt(now)} (was {fmt(was)}); consumers of topic {fmt(topic)} see "
-                    f"the new values from the next record on. {IN_PLACE_ROWS} (Operator state that depends "
-                    f"on it is reported separately.)"
-                )
-                category = "data-selection"
-            out.append(
-                change(
-                    category,
-                    sink_id,
-                    f"outputSchema.{f.name}",
-                    was,
-                    now,
-                    f"Step {sink_id}: output column {fmt(f.name)} {what}",
-                )
-            )
-    # the order of the columns that kept their name and meaning
-    common_old = [f.name for f in old if f.name in nt and f.name not in redefined]
-    common_new = [f.name for f in new if f.name in ot and f.name not in redefined]
-    if common_old != common_new:
-        out.append(
-            change(
-                "schema-evolution",
-                sink_id,
-                "outputSchema.order",
-                common_old,
-                common_new,
-                f"Step {sink_id}: output columns reordered from {fmt(common_old)} to "
-                f"{fmt(common_new)}. {tail}",
-            )
+@dataclass(frozen=True)
+class _OutputColumns:
+    """The output columns of both plans: their types, what they compute, and how to show that."""
+
+    sink_id: str
+    topic: str
+    old: list[FieldSpec]
+    new: list[FieldSpec]
+    old_types: dict[str, str]
+    new_types: dict[str, str]
+    #: typed expansions down to source columns: what is compared
+    old_defs: dict[str, str]
+    new_defs: dict[str, str]
+    #: display expansions: what a message shows
+    old_shown: dict[str, str]
+    new_shown: dict[str, str]
+
+    @classmethod
+    def of(cls, old_plan: Plan, new_plan: Plan, olin: Lineage, nlin: Lineage) -> _OutputColumns:
+        old, new = list(old_plan.output_schema), list(new_plan.output_schema)
+        return cls(
+            sink_id=new_plan.sink.id,
+            topic=new_plan.sink.topic,
+            old=old,
+            new=new,
+            old_types={f.name: f.type for f in old},
+            new_types={f.name: f.type for f in new},
+            old_defs=_definitions(olin, old_plan),
+            new_defs=_definitions(nlin, new_plan),
+            old_shown=_definitions(Lineage(old_plan, display=True), old_plan),
+            new_shown=_definitions(Lineage(new_plan, display=True), new_plan),
         )
-    return out
+
+    @property
+    def tail(self) -> str:
+        """The sentence that ends the message of a schema-evolution change of the output columns."""
+        return (
+            f"Consumers of topic {fmt(self.topic)} see this from the next record on; the column change "
+            f"by itself touches no operator state, "
+            f"so on its own this keeps state and offsets (in-place)."
+        )
+
+    def change(self, old: Any, new: Any, message: str, fld: str = "outputSchema",
+               category: Category = "schema-evolution") -> Change:
+        """A change of the sink's output schema; ``message`` follows ``Step <sink id>: ``."""
+        return change(category, self.sink_id, fld, old, new, f"Step {self.sink_id}: {message}")
+
+    def redefines(self, f: FieldSpec) -> bool:
+        """New column ``f`` has an old column of its name and type that computed something else."""
+        return (
+            f.name in self.old_types
+            and self.old_types[f.name] == f.type
+            and self.old_defs.get(f.name) != self.new_defs.get(f.name)
+        )
+
+
+@dataclass(frozen=True)
+class _Rename:
+    """An output column at the same position with another name (neither on the other side)."""
+
+    old: FieldSpec
+    new: FieldSpec
+
+
+def _renames(cols: _OutputColumns) -> list[_Rename]:
+    """Renamed columns; only when both schemas have as many columns (positions then pair them)."""
+    if len(cols.old) != len(cols.new):
+        return []
+    return [
+        _Rename(a, b)
+        for a, b in zip(cols.old, cols.new, strict=True)
+        if a.name != b.name and a.name not in cols.new_types and b.name not in cols.old_types
+        and a.type == b.type
+    ]
+
+
+def _renamed(cols: _OutputColumns, r: _Rename) -> Change:
+    was, now = f"{r.old.name} {r.old.type}", f"{r.new.name} {r.new.type}"
+    return cols.change(was, now, f"output column renamed from '{was}' to '{now}'. {cols.tail}")
+
+
+def _removed(cols: _OutputColumns, f: FieldSpec) -> Change:
+    return cols.change(f"{f.name} {f.type}", None,
+                       f"output column '{f.name} {f.type}' removed. {cols.tail}")
+
+
+def _added(cols: _OutputColumns, f: FieldSpec) -> Change:
+    return cols.change(None, f"{f.name} {f.type}", f"output column '{f.name} {f.type}' added. {cols.tail}")
+
+
+def _retyped(cols: _OutputColumns, f: FieldSpec) -> Change:
+    was, now = f"{f.name} {cols.old_types[f.name]}", f"{f.name} {f.type}"
+    return cols.change(was, now, f"output column {fmt(f.name)} retyped from '{was}' to '{now}'. {cols.tail}")
+
+
+def _redefined(cols: _OutputColumns, name: str) -> Change:
+    """Column ``name`` computes something else: its values moved from another column (a schema
+    change for consumers), or it is computed differently (a change of the data)."""
+    was, now = cols.old_shown[name], cols.new_shown[name]
+    if was == now:  # the same text: a type changed under it
+        was, now = plain(cols.old_defs[name]), plain(cols.new_defs[name])
+    moved = [n for n, d in cols.old_defs.items() if n != name and d == cols.new_defs[name]]
+    category: Category
+    if moved:
+        what = (
+            f"now holds {fmt(now)}, which was output as {fmt(moved[0])} before (it held {fmt(was)}): "
+            f"the values moved to other column names. {cols.tail}"
+        )
+        category = "schema-evolution"
+    else:
+        what = (
+            f"is now computed as {fmt(now)} (was {fmt(was)}); consumers of topic {fmt(cols.topic)} see "
+            f"the new values from the next record on. {IN_PLACE_ROWS} (Operator state that depends "
+            f"on it is reported separately.)"
+        )
+        category = "data-selection"
+    return cols.change(was, now, f"output column {fmt(name)} {what}", f"outputSchema.{name}", category)
+
+
+def _new_column(cols: _OutputColumns, f: FieldSpec, renamed: set[str]) -> Change | None:
+    """The change of a column of the new output schema, if any: added, retyped or redefined."""
+    if f.name not in cols.old_types:
+        return None if f.name in renamed else _added(cols, f)
+    if cols.old_types[f.name] != f.type:
+        return _retyped(cols, f)
+    if cols.redefines(f):
+        return _redefined(cols, f.name)
+    return None
+
+
+def _reordered(cols: _OutputColumns) -> list[Change]:
+    """The order of the columns that kept their name and meaning."""
+    redefined = {f.name for f in cols.new if cols.redefines(f)}
+    common_old = [f.name for f in cols.old if f.name in cols.new_types and f.name not in redefined]
+    common_new = [f.name for f in cols.new if f.name in cols.old_types and f.name not in redefined]
+    if common_old == common_new:
+        return []
+    return [cols.change(common_old, common_new,
+                        f"output columns reordered from {fmt(common_old)} to {fmt(common_new)}. {cols.tail}",
+                        "outputSchema.order")]
+
+
+def _output_schema(old_plan: Plan, new_plan: Plan, olin: Lineage, nlin: Lineage) -> list[Change]:
+    """Changes of the output columns: renamed, removed, then (in the new order) added, retyped or
+    redefined, and last the order of the columns that kept their name and meaning."""
+    cols = _OutputColumns.of(old_plan, new_plan, olin, nlin)
+    renames = _renames(cols)
+    renamed = {f.name for r in renames for f in (r.old, r.new)}
+    out = [_renamed(cols, r) for r in renames]
+    out += [_removed(cols, f) for f in cols.old if f.name not in cols.new_types and f.name not in renamed]
+    out += [c for f in cols.new if (c := _new_column(cols, f, renamed)) is not None]
+    return out + _reordered(cols)
 
 
 def _stateful_order(old: Lineage, new: Lineage, matching: Matching) -> list[Change]:
@@ -377,6 +418,38 @@ def _stateful_order(old: Lineage, new: Lineage, matching: Matching) -> list[Chan
     return out
 
 
+def _plan_changes(old: Plan, new: Plan) -> list[Change]:
+    """The changes between two plans that differ: settings, added and removed steps, the fields of
+    paired steps (the sink's first), the order of stateful operators, the output schema."""
+    stateful = any(s.type in STATEFUL for s in [*old.steps, *new.steps])
+    changes = _settings(old, new, stateful)
+    olin, nlin = Lineage(old), Lineage(new)
+    ctx = Ctx(old=olin, new=nlin, stateful=stateful, sink_topic=new.sink.topic)
+
+    matching = match(old, new)
+    changes += [_added_removed(step, added=False, stateful_plan=stateful) for step in matching.removed]
+    changes += [_added_removed(step, added=True, stateful_plan=stateful) for step in matching.added]
+    # the sink first: its changes (output mode, trigger) are listed before those of other steps
+    for a, b in sorted(matching.pairs, key=lambda p: p[1].type != "kafkaSinkV1"):
+        compare_step(ctx, a, b)
+    changes += ctx.changes
+    changes += _stateful_order(olin, nlin, matching)
+    changes += _output_schema(old, new, olin, nlin)
+    if not changes:
+        changes.append(
+            change(
+                "transparent",
+                "plan",
+                "steps",
+                old.hash,
+                new.hash,
+                "The plans differ only in how steps are wired, with the same operators, "
+                "expressions and schemas. " + TRANSPARENT,
+            )
+        )
+    return changes
+
+
 def classify(
     old: Plan,
     new: Plan,
@@ -403,34 +476,4 @@ def classify(
     if old.canonical_json() == new.canonical_json():
         return _decide(runtime, policy, old, new)
 
-    changes: list[Change] = []
-    stateful = any(s.type in STATEFUL for s in [*old.steps, *new.steps])
-    changes += _settings(old, new, stateful)
-    olin, nlin = Lineage(old), Lineage(new)
-    ctx = Ctx(old=olin, new=nlin, stateful=stateful, sink_topic=new.sink.topic)
-
-    matching = match(old, new)
-    for step in matching.removed:
-        changes.append(_added_removed(step, added=False, stateful_plan=stateful))
-    for step in matching.added:
-        changes.append(_added_removed(step, added=True, stateful_plan=stateful))
-    # the sink first: its changes (output mode, trigger) are listed before those of other steps
-    for a, b in sorted(matching.pairs, key=lambda p: p[1].type != "kafkaSinkV1"):
-        compare_step(ctx, a, b)
-    changes += ctx.changes
-    changes += _stateful_order(olin, nlin, matching)
-    changes += _output_schema(old, new, olin, nlin)
-    if not changes:
-        changes.append(
-            change(
-                "transparent",
-                "plan",
-                "steps",
-                old.hash,
-                new.hash,
-                "The plans differ only in how steps are wired, with the same operators, "
-                "expressions and schemas. " + TRANSPARENT,
-            )
-        )
-    changes += runtime
-    return _decide(changes, policy, old, new)
+    return _decide(_plan_changes(old, new) + runtime, policy, old, new)

@@ -193,7 +193,7 @@ def _side_rows(lin: Lineage, step: Any, index: int) -> list[tuple[str, str, str]
     return [(f.name, f.type, lin.column(f.name, None, [src.id], 0)) for f in src.schema_]
 
 
-def _join(ctx: Ctx, old: Any, new: Any) -> set[str]:
+def _join_type(ctx: Ctx, old: Any, new: Any) -> None:
     if old.join_type != new.join_type:
         ctx.add(
             "topology",
@@ -206,72 +206,101 @@ def _join(ctx: Ctx, old: Any, new: Any) -> set[str]:
             f"(Spark does not detect this when it restarts). {REPLACE}",
         )
 
-    # qualified columns (o.x, p.y) are resolved on the join itself, which knows its sides
-    def keys(lin: Lineage, step: Any) -> list[tuple[str, str]]:
-        return [(lin.expand(k.left, [step.id]), lin.expand(k.right, [step.id])) for k in step.keys]
 
-    if keys(ctx.old, old) != keys(ctx.new, new):
-        ov = [f"{k.left} = {k.right}" for k in old.keys]
-        nv = [f"{k.left} = {k.right}" for k in new.keys]
-        if ov == nv:
-            ov, nv = ctx.upstream([old.id], [new.id], ov, nv)
-            texts = fmt([f"{k.left} = {k.right}" for k in new.keys])
-            what = f"join keys {texts} {UPSTREAM}: {fmt(ov)} before, {fmt(nv)} now"
-        else:
-            what = f"join keys changed from {fmt(ov)} to {fmt(nv)}"
-        ctx.add(
-            "topology",
-            new.id,
-            "keys",
-            ov,
-            nv,
-            f"Step {new.id}: {what}. Buffered rows are stored "
-            f"under the old keys; Spark checks key types only and would silently miss matches. {REPLACE}",
-        )
-    for fld, label in (("time_condition", "timeCondition"), ("condition", "condition")):
+def _join_key_pairs(lin: Lineage, step: Any) -> list[tuple[str, str]]:
+    """The join's key pairs, expanded; qualified columns (o.x, p.y) are resolved on the join itself,
+    which knows its sides."""
+    return [(lin.expand(k.left, [step.id]), lin.expand(k.right, [step.id])) for k in step.keys]
+
+
+def _join_key_texts(step: Any) -> list[str]:
+    return [f"{k.left} = {k.right}" for k in step.keys]
+
+
+def _join_keys(ctx: Ctx, old: Any, new: Any) -> None:
+    if _join_key_pairs(ctx.old, old) == _join_key_pairs(ctx.new, new):
+        return
+    ov, nv = _join_key_texts(old), _join_key_texts(new)
+    if ov == nv:
+        ov, nv = ctx.upstream([old.id], [new.id], ov, nv)
+        what = f"join keys {fmt(_join_key_texts(new))} {UPSTREAM}: {fmt(ov)} before, {fmt(nv)} now"
+    else:
+        what = f"join keys changed from {fmt(ov)} to {fmt(nv)}"
+    ctx.add(
+        "topology",
+        new.id,
+        "keys",
+        ov,
+        nv,
+        f"Step {new.id}: {what}. Buffered rows are stored "
+        f"under the old keys; Spark checks key types only and would silently miss matches. {REPLACE}",
+    )
+
+
+#: the join's conditions: attribute, and its name in the plan and in messages
+_JOIN_CONDITIONS = (("time_condition", "timeCondition"), ("condition", "condition"))
+
+
+def _join_conditions(ctx: Ctx, old: Any, new: Any) -> None:
+    """The time condition and the other condition; a condition change that comes with a change of
+    keys is not reported again (the keys' change says it)."""
+    for fld, label in _JOIN_CONDITIONS:
         a, b = getattr(old, fld), getattr(new, fld)
         ea = ctx.old.expand(a, [old.id]) if a else None
         eb = ctx.new.expand(b, [new.id]) if b else None
-        if ea != eb and not (
+        if ea == eb or (
             fld == "condition" and any(c.step == new.id and c.field == "keys" for c in ctx.changes)
         ):
-            if a and b and a == b:
-                a, b = _texts(ctx, old, new, a, b, on_step=True)
-                what = _changed(a, b, True)
-            else:
-                what = f"changed from {fmt(a)} to {fmt(b)}"
-            ctx.add(
-                "topology",
-                new.id,
-                label,
-                a,
-                b,
-                f"Step {new.id}: join {label} {what}. It decides which "
-                f"buffered rows are kept and when they expire. {REPLACE}",
-            )
-    for i, side in enumerate(("left", "right")):
-        orows, nrows = _side_rows(ctx.old, old, i), _side_rows(ctx.new, new, i)
-        if orows != nrows:
-            oc = [f"{n} {t}" for n, t, _ in orows]
-            nc = [f"{n} {t}" for n, t, _ in nrows]
-            if oc != nc:
-                what = f"changed (columns) from {fmt(oc)} to {fmt(nc)}"
-            else:
-                pairs = [(o, n) for o, n in zip(orows, nrows, strict=True) if o != n]
-                oc = [f"{o[0]} = {plain(o[2])}" for o, _ in pairs]
-                nc = [f"{n[0]} = {plain(n[2])}" for _, n in pairs]
-                what = (
-                    f"have the same columns, but some are computed differently upstream: {fmt(oc)} "
-                    f"before, {fmt(nc)} now"
-                )
-            ctx.add(
-                "topology",
-                new.id,
-                f"{side}Input",
-                oc,
-                nc,
-                f"Step {new.id}: the {side} input rows buffered in the join state {what}. {REPLACE}",
-            )
+            continue
+        if a and b and a == b:
+            a, b = _texts(ctx, old, new, a, b, on_step=True)
+            what = _changed(a, b, True)
+        else:
+            what = f"changed from {fmt(a)} to {fmt(b)}"
+        ctx.add(
+            "topology",
+            new.id,
+            label,
+            a,
+            b,
+            f"Step {new.id}: join {label} {what}. It decides which "
+            f"buffered rows are kept and when they expire. {REPLACE}",
+        )
+
+
+def _buffered_rows(ctx: Ctx, old: Any, new: Any, index: int, side: str) -> None:
+    """The rows of one input (``index`` 0: left, 1: right) that the join buffers in its state."""
+    orows, nrows = _side_rows(ctx.old, old, index), _side_rows(ctx.new, new, index)
+    if orows == nrows:
+        return
+    oc = [f"{n} {t}" for n, t, _ in orows]
+    nc = [f"{n} {t}" for n, t, _ in nrows]
+    if oc != nc:
+        what = f"changed (columns) from {fmt(oc)} to {fmt(nc)}"
+    else:
+        pairs = [(o, n) for o, n in zip(orows, nrows, strict=True) if o != n]
+        oc = [f"{o[0]} = {plain(o[2])}" for o, _ in pairs]
+        nc = [f"{n[0]} = {plain(n[2])}" for _, n in pairs]
+        what = (
+            f"have the same columns, but some are computed differently upstream: {fmt(oc)} "
+            f"before, {fmt(nc)} now"
+        )
+    ctx.add(
+        "topology",
+        new.id,
+        f"{side}Input",
+        oc,
+        nc,
+        f"Step {new.id}: the {side} input rows buffered in the join state {what}. {REPLACE}",
+    )
+
+
+def _join(ctx: Ctx, old: Any, new: Any) -> set[str]:
+    _join_type(ctx, old, new)
+    _join_keys(ctx, old, new)
+    _join_conditions(ctx, old, new)
+    for index, side in enumerate(("left", "right")):
+        _buffered_rows(ctx, old, new, index, side)
     # aliases only qualify names; their effect is visible in keys/conditions above.
     return {"join_type", "keys", "time_condition", "condition", "left_alias", "right_alias"}
 

@@ -2,60 +2,60 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from sluice.core.classify.comparison import IN_PLACE_ROWS, REPLACE, TRANSPARENT, Ctx, fmt
+from sluice.core.classify.model import Category
 from sluice.core.plan.steptypes import STATEFUL
 
 
+@dataclass(frozen=True)
+class _Meaning:
+    """What a change of a field means: its category, and the words that follow
+    ``<label> changed from <old> to <new>`` in its message (starting with their punctuation)."""
+
+    category: Category
+    why: str
+
+
+def _compare(ctx: Ctx, step: str, fld: str, old: Any, new: Any, label: str, meaning: _Meaning) -> None:
+    """Report field ``fld`` of step ``step`` if it changed, as ``<label> changed from ...``."""
+    if old != new:
+        ctx.add(
+            meaning.category,
+            step,
+            fld,
+            old,
+            new,
+            f"Step {step}: {label} changed from {fmt(old)} to {fmt(new)}{meaning.why}",
+        )
+
+
+#: what a change of a watermark field means when a stateful operator uses the watermark
+_WATERMARK_WITH_STATE = {
+    "column": _Meaning(
+        "topology",
+        f". The checkpoint's watermark and the state's eviction were computed from the old "
+        f"column. {REPLACE}",
+    ),
+    "delay": _Meaning(
+        "data-selection",
+        f". It changes which late records are still accepted and when windows are final, starting "
+        f"from the watermark the checkpoint restores (Spark never moves a watermark back, so a "
+        f"longer delay only takes effect once event time has caught up). The state's layout "
+        f"and meaning do not change; {IN_PLACE_ROWS[0].lower()}{IN_PLACE_ROWS[1:]}",
+    ),
+}
+#: ... and when none does
+_WATERMARK_WITHOUT_STATE = _Meaning("transparent", f"; no stateful operator uses it. {TRANSPARENT}")
+
+
 def _watermark(ctx: Ctx, old: Any, new: Any) -> set[str]:
-    if old.column != new.column:
-        if ctx.stateful:
-            ctx.add(
-                "topology",
-                new.id,
-                "column",
-                old.column,
-                new.column,
-                f"Step {new.id}: watermark column changed from {fmt(old.column)} to {fmt(new.column)}. "
-                f"The checkpoint's watermark and the state's eviction were computed from the old "
-                f"column. {REPLACE}",
-            )
-        else:
-            ctx.add(
-                "transparent",
-                new.id,
-                "column",
-                old.column,
-                new.column,
-                f"Step {new.id}: watermark column changed from {fmt(old.column)} to {fmt(new.column)}; "
-                f"no stateful operator uses it. {TRANSPARENT}",
-            )
-    if old.delay != new.delay:
-        if ctx.stateful:
-            ctx.add(
-                "data-selection",
-                new.id,
-                "delay",
-                old.delay,
-                new.delay,
-                f"Step {new.id}: watermark delay changed from {fmt(old.delay)} to {fmt(new.delay)}. It "
-                f"changes which late records are still accepted and when windows are final, starting "
-                f"from the watermark the checkpoint restores (Spark never moves a watermark back, so a "
-                f"longer delay only takes effect once event time has caught up). The state's layout "
-                f"and meaning do not change; {IN_PLACE_ROWS[0].lower()}{IN_PLACE_ROWS[1:]}",
-            )
-        else:
-            ctx.add(
-                "transparent",
-                new.id,
-                "delay",
-                old.delay,
-                new.delay,
-                f"Step {new.id}: watermark delay changed from {fmt(old.delay)} to {fmt(new.delay)}; no "
-                f"stateful operator uses it. {TRANSPARENT}",
-            )
-    return {"column", "delay"}
+    for fld, with_state in _WATERMARK_WITH_STATE.items():
+        meaning = with_state if ctx.stateful else _WATERMARK_WITHOUT_STATE
+        _compare(ctx, new.id, fld, getattr(old, fld), getattr(new, fld), f"watermark {fld}", meaning)
+    return set(_WATERMARK_WITH_STATE)
 
 
 def _filter(ctx: Ctx, old: Any, new: Any) -> set[str]:
@@ -112,7 +112,7 @@ def _union(ctx: Ctx, old: Any, new: Any) -> set[str]:
     return set()  # inputs are the sources; a change of sources is reported by the source rules
 
 
-def _source(ctx: Ctx, old: Any, new: Any) -> set[str]:
+def _source_topic(ctx: Ctx, old: Any, new: Any) -> None:
     if old.topic != new.topic:
         ctx.add(
             "source-modifying",
@@ -124,6 +124,10 @@ def _source(ctx: Ctx, old: Any, new: Any) -> set[str]:
             f"{fmt(old.topic)}. The checkpoint's offsets belong to the old topic, so the query needs a "
             f"new checkpoint (replace), reading the new topic from its starting offsets.",
         )
+
+
+def _source_columns(ctx: Ctx, old: Any, new: Any) -> None:
+    """Columns added, removed or retyped, in the old order and then the order of the new ones."""
     ocols = {c.name: c.type for c in old.columns}
     ncols = {c.name: c.type for c in new.columns}
     for name in list(ocols) + [n for n in ncols if n not in ocols]:
@@ -147,37 +151,24 @@ def _source(ctx: Ctx, old: Any, new: Any) -> set[str]:
             f"from now on (operators whose state depends on this column are reported separately). "
             f"{IN_PLACE_ROWS}",
         )
-    if old.starting_offsets != new.starting_offsets:
-        ctx.add(
-            "transparent",
-            new.id,
-            "startingOffsets",
-            old.starting_offsets,
-            new.starting_offsets,
-            f"Step {new.id}: startingOffsets changed from {fmt(old.starting_offsets)} to "
-            f"{fmt(new.starting_offsets)}; it only applies when a query starts without a checkpoint. "
-            f"{TRANSPARENT}",
-        )
-    if old.max_offsets_per_trigger != new.max_offsets_per_trigger:
-        ctx.add(
-            "transparent",
-            new.id,
-            "maxOffsetsPerTrigger",
-            old.max_offsets_per_trigger,
-            new.max_offsets_per_trigger,
-            f"Step {new.id}: rate limit maxOffsetsPerTrigger changed from "
-            f"{fmt(old.max_offsets_per_trigger)} to {fmt(new.max_offsets_per_trigger)}. {TRANSPARENT}",
-        )
-    om, nm = old.malformed.model_dump(mode="json"), new.malformed.model_dump(mode="json")
-    if om != nm:
-        ctx.add(
-            "data-selection",
-            new.id,
-            "malformed",
-            om,
-            nm,
-            f"Step {new.id}: malformed-record handling changed from {fmt(om)} to {fmt(nm)}. {IN_PLACE_ROWS}",
-        )
+
+
+_STARTING_OFFSETS = _Meaning(
+    "transparent", f"; it only applies when a query starts without a checkpoint. {TRANSPARENT}"
+)
+_RATE_LIMIT = _Meaning("transparent", f". {TRANSPARENT}")
+_MALFORMED = _Meaning("data-selection", f". {IN_PLACE_ROWS}")
+
+
+def _source(ctx: Ctx, old: Any, new: Any) -> set[str]:
+    _source_topic(ctx, old, new)
+    _source_columns(ctx, old, new)
+    _compare(ctx, new.id, "startingOffsets", old.starting_offsets, new.starting_offsets,
+             "startingOffsets", _STARTING_OFFSETS)
+    _compare(ctx, new.id, "maxOffsetsPerTrigger", old.max_offsets_per_trigger, new.max_offsets_per_trigger,
+             "rate limit maxOffsetsPerTrigger", _RATE_LIMIT)
+    _compare(ctx, new.id, "malformed", old.malformed.model_dump(mode="json"),
+             new.malformed.model_dump(mode="json"), "malformed-record handling", _MALFORMED)
     return {"topic", "columns", "starting_offsets", "max_offsets_per_trigger", "malformed", "source"}
 
 
@@ -200,86 +191,51 @@ def _update_to_append_on_windows(ctx: Ctx, old_mode: str, new_mode: str) -> bool
     return bool(types) and all(t in _SAME_STATE_IN_UPDATE_AND_APPEND for t in types)
 
 
-def _sink(ctx: Ctx, old: Any, new: Any) -> set[str]:
-    if old.topic != new.topic:
-        ctx.add(
+_SINK_TOPIC = _Meaning(
+    "data-selection",
+    ". Records produced after the upgrade go to the new topic and earlier results stay in the old one; "
+    "on its own this keeps state and offsets (in-place). Use a replace with backfill if the new topic "
+    "needs the full history.",
+)
+_DELIVERY = _Meaning("transparent", f"; applies from the next micro-batch. {TRANSPARENT}")
+_TRIGGER = _Meaning("transparent", f". {TRANSPARENT}")
+
+
+def _sink_key(topic: str) -> _Meaning:
+    return _Meaning(
+        "schema-evolution",
+        f". Records produced after the upgrade are keyed (and partitioned) differently, which matters "
+        f"to consumers reading {fmt(topic)} as a table; on its own this keeps state and offsets "
+        f"(in-place).",
+    )
+
+
+def _output_mode(ctx: Ctx, old_mode: str, new_mode: str) -> _Meaning:
+    """What a change of output mode from ``old_mode`` to ``new_mode`` means for this query."""
+    if _update_to_append_on_windows(ctx, old_mode, new_mode):
+        return _Meaning(
             "data-selection",
-            new.id,
-            "topic",
-            old.topic,
-            new.topic,
-            f"Step {new.id}: sink topic changed from {fmt(old.topic)} to {fmt(new.topic)}. Records "
-            f"produced after the upgrade go to the new topic and earlier results stay in the old one; "
-            f"on its own this keeps state and offsets (in-place). Use a replace with backfill if the "
-            f"new topic "
-            f"needs the full history.",
+            ". A windowed aggregation keeps the same state in both modes and drops a window from it "
+            "when the watermark passes the window's end; from the upgrade on, each window is emitted "
+            "once, with its final value, when it closes (windows updated before the upgrade were "
+            "already emitted with their values so far). On its own this keeps state and offsets "
+            "(in-place).",
         )
-    if old.key != new.key:
-        ctx.add(
-            "schema-evolution",
-            new.id,
-            "key",
-            old.key,
-            new.key,
-            f"Step {new.id}: record key changed from {fmt(old.key)} to {fmt(new.key)}. Records "
-            f"produced after the upgrade are keyed (and partitioned) differently, which matters to "
-            f"consumers reading {fmt(new.topic)} as a table; on its own this keeps state and offsets "
-            f"(in-place).",
+    if ctx.stateful:
+        return _Meaning(
+            "topology",
+            f". Which state has already been emitted depends on the mode: groups waiting in the state "
+            f"would be lost or emitted twice. {REPLACE}",
         )
-    if old.output_mode != new.output_mode:
-        if _update_to_append_on_windows(ctx, old.output_mode, new.output_mode):
-            ctx.add(
-                "data-selection",
-                new.id,
-                "outputMode",
-                old.output_mode,
-                new.output_mode,
-                f"Step {new.id}: output mode changed from {fmt(old.output_mode)} to "
-                f"{fmt(new.output_mode)}. A windowed aggregation keeps the same state in both modes and "
-                f"drops a window from it when the watermark passes the window's end; from the upgrade "
-                f"on, each window is emitted once, with its final value, when it closes (windows "
-                f"updated before the upgrade were already emitted with their values so far). On its "
-                f"own this keeps state and offsets (in-place).",
-            )
-        elif ctx.stateful:
-            ctx.add(
-                "topology",
-                new.id,
-                "outputMode",
-                old.output_mode,
-                new.output_mode,
-                f"Step {new.id}: output mode changed from {fmt(old.output_mode)} to "
-                f"{fmt(new.output_mode)}. Which state has already been emitted depends on the mode: "
-                f"groups waiting in the state would be lost or emitted twice. {REPLACE}",
-            )
-        else:
-            ctx.add(
-                "transparent",
-                new.id,
-                "outputMode",
-                old.output_mode,
-                new.output_mode,
-                f"Step {new.id}: output mode changed from {fmt(old.output_mode)} to "
-                f"{fmt(new.output_mode)}; for a query without state both emit every row once. {TRANSPARENT}",
-            )
-    if old.delivery != new.delivery:
-        ctx.add(
-            "transparent",
-            new.id,
-            "delivery",
-            old.delivery,
-            new.delivery,
-            f"Step {new.id}: delivery changed from {fmt(old.delivery)} to {fmt(new.delivery)}; "
-            f"applies from the next micro-batch. {TRANSPARENT}",
-        )
-    ot, nt = old.trigger.processing_time, new.trigger.processing_time
-    if ot != nt:
-        ctx.add(
-            "transparent",
-            new.id,
-            "trigger.processingTime",
-            ot,
-            nt,
-            f"Step {new.id}: trigger interval changed from {fmt(ot)} to {fmt(nt)}. {TRANSPARENT}",
-        )
+    return _Meaning("transparent", f"; for a query without state both emit every row once. {TRANSPARENT}")
+
+
+def _sink(ctx: Ctx, old: Any, new: Any) -> set[str]:
+    _compare(ctx, new.id, "topic", old.topic, new.topic, "sink topic", _SINK_TOPIC)
+    _compare(ctx, new.id, "key", old.key, new.key, "record key", _sink_key(new.topic))
+    _compare(ctx, new.id, "outputMode", old.output_mode, new.output_mode, "output mode",
+             _output_mode(ctx, old.output_mode, new.output_mode))
+    _compare(ctx, new.id, "delivery", old.delivery, new.delivery, "delivery", _DELIVERY)
+    _compare(ctx, new.id, "trigger.processingTime", old.trigger.processing_time,
+             new.trigger.processing_time, "trigger interval", _TRIGGER)
     return {"topic", "key", "output_mode", "delivery", "trigger"}

@@ -17,7 +17,7 @@ from sluice.core.errors import CompileError, Problem
 from sluice.core.plan import meaning
 from sluice.core.plan.model import SPARK_VERSION, KafkaSinkV1, PinnedSettings, Plan, TriggerSpec
 from sluice.core.sparkversion import BadVersion
-from sluice.core.spec import QuerySpec
+from sluice.core.spec import Column, QuerySpec, Source
 from sluice.core.types import TypeParseError, parse_type
 
 __all__ = ["CompileTarget", "compile_query", "spec_problems"]
@@ -47,81 +47,125 @@ class CompileTarget:
                                               **meaning.typed_overrides(conf), "conf": pinned})
 
 
-def spec_problems(spec: QuerySpec) -> tuple[list[Problem], dict[str, str]]:
-    """Problems in the sources part of the spec (names, types, event time); watermark delays."""
+_TYPE_HINT = (
+    "use a Spark SQL type "
+    "such as string, int, bigint, double, boolean, timestamp, date, decimal(10,2), "
+    "array<string>, map<string,int> or struct<a:int>"
+)
+
+
+def _type_problem(column: Column, at: str) -> Problem | None:
+    """A column type that does not parse (``at``: the field to name)."""
+    try:
+        parse_type(column.type)
+    except TypeParseError as exc:
+        reason = decimal_problem_in(column.type) or str(exc)
+        return Problem(f"column '{column.name}': {reason}; {_TYPE_HINT}", field=at)
+    return None
+
+
+def _first_declared(source: Source) -> dict[str, int]:
+    """Each column name of a source (lower case) and the position of its first declaration."""
+    first: dict[str, int] = {}
+    for j, column in enumerate(source.schema_):
+        first.setdefault(column.name.lower(), j)
+    return first
+
+
+def _column_problems(source: Source, where: str) -> list[Problem]:
+    """Columns declared twice (names compared without case) and types that do not parse."""
     problems: list[Problem] = []
-    delays: dict[str, str] = {}
-    seen: dict[str, int] = {}
-    for i, source in enumerate(spec.sources):
-        where = f"spec.sources[{i}]"
-        if source.name.lower() in seen:
+    first = _first_declared(source)
+    for j, column in enumerate(source.schema_):
+        if first[column.name.lower()] != j:
             problems.append(
                 Problem(
-                    f"source name '{source.name}' is used twice (also by "
-                    f"spec.sources[{seen[source.name.lower()]}]); "
-                    "source names must be unique",
-                    field=f"{where}.name",
+                    f"column '{column.name}' is declared twice in source '{source.name}'",
+                    field=f"{where}.schema[{j}].name",
                 )
             )
-        seen.setdefault(source.name.lower(), i)
-        columns: dict[str, int] = {}
-        j: int | None
-        for j, column in enumerate(source.schema_):
-            if column.name.lower() in columns:
-                problems.append(
-                    Problem(
-                        f"column '{column.name}' is declared twice in source '{source.name}'",
-                        field=f"{where}.schema[{j}].name",
-                    )
-                )
-            columns.setdefault(column.name.lower(), j)
-            try:
-                parse_type(column.type)
-            except TypeParseError as exc:
-                reason = decimal_problem_in(column.type) or str(exc)
-                problems.append(
-                    Problem(
-                        f"column '{column.name}': {reason}; use a Spark SQL type "
-                        "such as string, int, bigint, double, boolean, timestamp, date, decimal(10,2), "
-                        "array<string>, map<string,int> or struct<a:int>",
-                        field=f"{where}.schema[{j}].type",
-                    )
-                )
-        if source.event_time is not None:
-            col_name = source.event_time.column
-            j = columns.get(col_name.lower())
-            if j is None:
-                problems.append(
-                    Problem(
-                        f"event-time column '{col_name}' does not exist in source '{source.name}'"
-                        + did_you_mean(col_name, [c.name for c in source.schema_]),
-                        field=f"{where}.eventTime.column",
-                    )
-                )
-            else:
-                try:
-                    typ = parse_type(source.schema_[j].type).render()
-                except TypeParseError:
-                    typ = None
-                if typ is not None and typ != "timestamp":
-                    problems.append(
-                        Problem(
-                            f"event-time column '{col_name}' of source '{source.name}' must be a timestamp, "
-                            f"but it is declared as {typ}",
-                            field=f"{where}.eventTime.column",
-                        )
-                    )
-            try:
-                delays[source.name] = normalize_interval(source.event_time.watermark)
-            except IntervalError as exc:
-                problems.append(
-                    Problem(f"invalid watermark delay: {exc}", field=f"{where}.eventTime.watermark")
-                )
+        type_problem = _type_problem(column, f"{where}.schema[{j}].type")
+        if type_problem is not None:
+            problems.append(type_problem)
+    return problems
+
+
+def _event_time_problem(source: Source, col_name: str, where: str) -> Problem | None:
+    """The event-time column must be a declared column (the first of its name) of type timestamp."""
+    j = _first_declared(source).get(col_name.lower())
+    if j is None:
+        return Problem(
+            f"event-time column '{col_name}' does not exist in source '{source.name}'"
+            + did_you_mean(col_name, [c.name for c in source.schema_]),
+            field=f"{where}.eventTime.column",
+        )
+    try:
+        typ = parse_type(source.schema_[j].type).render()
+    except TypeParseError:
+        return None  # reported as the column's type problem
+    if typ != "timestamp":
+        return Problem(
+            f"event-time column '{col_name}' of source '{source.name}' must be a timestamp, "
+            f"but it is declared as {typ}",
+            field=f"{where}.eventTime.column",
+        )
+    return None
+
+
+@dataclass(frozen=True)
+class _SourceCheck:
+    """What checking one source found: its problems, and its normalized watermark delay (none
+    without event time or when the delay is invalid)."""
+
+    problems: list[Problem]
+    delay: str | None = None
+
+
+def _check_source(source: Source, where: str) -> _SourceCheck:
+    """The problems of one source's columns and event time, and its watermark delay."""
+    problems = _column_problems(source, where)
+    if source.event_time is None:
+        return _SourceCheck(problems)
+    event_time_problem = _event_time_problem(source, source.event_time.column, where)
+    if event_time_problem is not None:
+        problems.append(event_time_problem)
+    try:
+        return _SourceCheck(problems, normalize_interval(source.event_time.watermark))
+    except IntervalError as exc:
+        problems.append(Problem(f"invalid watermark delay: {exc}", field=f"{where}.eventTime.watermark"))
+        return _SourceCheck(problems)
+
+
+def _trigger_problems(spec: QuerySpec) -> list[Problem]:
     if spec.trigger.processing_time:
         try:
             normalize_interval(spec.trigger.processing_time)
         except IntervalError as exc:
-            problems.append(Problem(f"invalid trigger interval: {exc}", field="spec.trigger.processingTime"))
+            return [Problem(f"invalid trigger interval: {exc}", field="spec.trigger.processingTime")]
+    return []
+
+
+def spec_problems(spec: QuerySpec) -> tuple[list[Problem], dict[str, str]]:
+    """Problems in the sources part of the spec (names, types, event time); watermark delays."""
+    problems: list[Problem] = []
+    delays: dict[str, str] = {}
+    first_use: dict[str, int] = {}
+    for i, source in enumerate(spec.sources):
+        where = f"spec.sources[{i}]"
+        first = first_use.setdefault(source.name.lower(), i)
+        if first != i:
+            problems.append(
+                Problem(
+                    f"source name '{source.name}' is used twice (also by spec.sources[{first}]); "
+                    "source names must be unique",
+                    field=f"{where}.name",
+                )
+            )
+        checked = _check_source(source, where)
+        problems += checked.problems
+        if checked.delay is not None:
+            delays[source.name] = checked.delay
+    problems += _trigger_problems(spec)
     return problems, delays
 
 

@@ -12,6 +12,7 @@ The committed file is ``plan.schema.json`` next to this module; this module read
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass, field
 from typing import Any
 
 Schema = dict[str, Any]
@@ -49,55 +50,92 @@ def _branches(node: Schema) -> list[Schema] | None:
 
 def incompatibilities(old: Schema, new: Schema) -> list[str]:
     """Reasons why documents valid under ``old`` may be invalid under ``new`` (empty: compatible)."""
-    problems: list[str] = []
-    _compare(old, new, old, new, "$", problems, set())
-    return problems
+    walk = _Walk(old, new)
+    _compare(old, new, "$", walk)
+    return walk.out
 
 
-def _compare(
-    o: Schema,
-    n: Schema,
-    oroot: Schema,
-    nroot: Schema,
-    path: str,
-    out: list[str],
-    seen: set[tuple[str | None, str | None, str]],
-) -> None:
-    o, oref = _resolve(o, oroot)
-    n, nref = _resolve(n, nroot)
+#: a pair of references already compared: (old $ref, new $ref, path; the path only when one side
+#: is not a reference)
+_Seen = tuple[str | None, str | None, str]
+
+
+@dataclass(frozen=True)
+class _Walk:
+    """One comparison of two schemas: their roots (for ``$ref``), the problems found so far, and
+    the pairs of references already compared (recursive models refer to themselves)."""
+
+    oroot: Schema
+    nroot: Schema
+    out: list[str] = field(default_factory=list)
+    seen: set[_Seen] = field(default_factory=set)
+
+    def trial(self) -> _Walk:
+        """A walk of its own, to try one alternative without reporting its problems here."""
+        return _Walk(self.oroot, self.nroot, [], set(self.seen))
+
+
+def _compare(o: Schema, n: Schema, path: str, walk: _Walk) -> None:
+    """Compare the old schema node ``o`` with the new ``n`` at ``path``, recursively."""
+    o, oref = _resolve(o, walk.oroot)
+    n, nref = _resolve(n, walk.nroot)
     if oref or nref:
         key = (oref, nref, path if not (oref and nref) else "")
-        if key in seen:
+        if key in walk.seen:
             return
-        seen.add(key)
-    if not n or n == {}:
+        walk.seen.add(key)
+    if not n:
         return  # anything goes in the new schema
-    # discriminated unions (step types)
     odisc, ndisc = o.get("discriminator"), n.get("discriminator")
     if odisc and ndisc:
-        omap, nmap = odisc.get("mapping", {}), ndisc.get("mapping", {})
-        for name, ref in sorted(omap.items()):
-            if name not in nmap:
-                out.append(f"{path}: step type '{name}' was removed")
-            else:
-                _compare({"$ref": ref}, {"$ref": nmap[name]}, oroot, nroot, f"{path}<{name}>", out, seen)
+        _compare_step_types(odisc, ndisc, path, walk)
         return
     obranches, nbranches = _branches(o), _branches(n)
     if obranches is not None or nbranches is not None:
         olist = obranches if obranches is not None else [o]
         nlist = nbranches if nbranches is not None else [n]
-        for i, ob in enumerate(olist):
-            best: list[str] | None = None
-            for nb in nlist:
-                found: list[str] = []
-                _compare(ob, nb, oroot, nroot, path, found, set(seen))
-                if best is None or len(found) < len(best):
-                    best = found
-                if not found:
-                    break
-            if best:
-                out.extend(best if len(olist) == 1 else [f"{p} (alternative {i + 1})" for p in best])
+        _compare_alternatives(olist, nlist, path, walk)
         return
+    if _type_changed(o, n, path, walk.out):
+        return
+    _compare_values(o, n, path, walk.out)
+    _compare_constraints(o, n, path, walk.out)
+    _compare_properties(o, n, path, walk)
+    if "items" in o and "items" in n:
+        _compare(o["items"], n["items"], f"{path}[]", walk)
+    if isinstance(o.get("additionalProperties"), dict) and isinstance(n.get("additionalProperties"), dict):
+        _compare(o["additionalProperties"], n["additionalProperties"], f"{path}{{}}", walk)
+
+
+def _compare_step_types(odisc: Schema, ndisc: Schema, path: str, walk: _Walk) -> None:
+    """Discriminated unions (step types): every old step type must remain, and stay compatible."""
+    omap, nmap = odisc.get("mapping", {}), ndisc.get("mapping", {})
+    for name, ref in sorted(omap.items()):
+        if name not in nmap:
+            walk.out.append(f"{path}: step type '{name}' was removed")
+        else:
+            _compare({"$ref": ref}, {"$ref": nmap[name]}, f"{path}<{name}>", walk)
+
+
+def _compare_alternatives(olist: list[Schema], nlist: list[Schema], path: str, walk: _Walk) -> None:
+    """anyOf/oneOf: every old alternative must fit one new alternative; when none fits, the
+    problems of the one that fits best are reported."""
+    for i, ob in enumerate(olist):
+        best: list[str] | None = None
+        for nb in nlist:
+            trial = walk.trial()
+            _compare(ob, nb, path, trial)
+            if best is None or len(trial.out) < len(best):
+                best = trial.out
+            if not trial.out:
+                break
+        if best:
+            walk.out.extend(best if len(olist) == 1 else [f"{p} (alternative {i + 1})" for p in best])
+
+
+def _type_changed(o: Schema, n: Schema, path: str, out: list[str]) -> bool:
+    """Report a type that no longer accepts the old values (an integer stays a number); true when
+    there is one, as nothing below it needs comparing then."""
     otypes, ntypes = _types(o), _types(n)
     if otypes is not None and ntypes is not None:
         lost = otypes - ntypes
@@ -105,10 +143,15 @@ def _compare(
             lost.discard("integer")
         if lost:
             out.append(f"{path}: type changed from {sorted(otypes)} to {sorted(ntypes)}")
-            return
+            return True
     elif otypes is None and ntypes is not None and "const" not in o and "enum" not in o:
         out.append(f"{path}: type restricted to {sorted(ntypes)}")
-        return
+        return True
+    return False
+
+
+def _compare_values(o: Schema, n: Schema, path: str, out: list[str]) -> None:
+    """Allowed values (``const``, ``enum``): an old value must stay allowed."""
     if "const" in n and o.get("const") != n["const"]:
         if "const" in o or "enum" in o:
             out.append(f"{path}: value changed from {o.get('const', o.get('enum'))!r} to {n['const']!r}")
@@ -120,21 +163,21 @@ def _compare(
             removed = [v for v in old_values if v not in n["enum"]]
             if removed:
                 out.append(f"{path}: enum values removed: {removed!r}")
-    _compare_constraints(o, n, path, out)
+
+
+def _compare_properties(o: Schema, n: Schema, path: str, walk: _Walk) -> None:
+    """Removed properties (unless the new schema accepts any), the properties kept, and properties
+    newly required."""
     oprops, nprops = o.get("properties", {}), n.get("properties", {})
     for name in oprops:
         if name not in nprops:
             if n.get("additionalProperties") is False or nprops:
-                out.append(f"{path}.{name}: property was removed")
+                walk.out.append(f"{path}.{name}: property was removed")
         else:
-            _compare(oprops[name], nprops[name], oroot, nroot, f"{path}.{name}", out, seen)
+            _compare(oprops[name], nprops[name], f"{path}.{name}", walk)
     newly_required = sorted(set(n.get("required", [])) - set(o.get("required", [])))
     for name in newly_required:
-        out.append(f"{path}.{name}: property is newly required")
-    if "items" in o and "items" in n:
-        _compare(o["items"], n["items"], oroot, nroot, f"{path}[]", out, seen)
-    if isinstance(o.get("additionalProperties"), dict) and isinstance(n.get("additionalProperties"), dict):
-        _compare(o["additionalProperties"], n["additionalProperties"], oroot, nroot, f"{path}{{}}", out, seen)
+        walk.out.append(f"{path}.{name}: property is newly required")
 
 
 # lower bounds: a larger (or a new) value rejects documents the old schema accepted
