@@ -12,6 +12,7 @@ from sluice.core.classify.runtime import flatten
 from sluice.core.engine import EngineFacts
 from sluice.crd.base import Resources, StatusModel
 from sluice.crd.kafka import KafkaSasl, KafkaTls
+from sluice.crd.podtemplate import PodTemplates
 
 ImagePullPolicy = Literal["Always", "IfNotPresent", "Never"]
 
@@ -20,7 +21,7 @@ ImagePullPolicy = Literal["Always", "IfNotPresent", "Never"]
 #: fails until it does): every query's engine then differs from the one pinned in its status, and
 #: the new template reaches the queries through their QueryCluster's rollout, in waves behind the
 #: health gate, never by the operator's upgrade alone.
-WORKLOAD_TEMPLATE = 1
+WORKLOAD_TEMPLATE = 2
 
 
 class Engine(StatusModel):
@@ -38,6 +39,9 @@ class Engine(StatusModel):
     kafka_bootstrap_servers: str = Field(description="Kafka bootstrap servers.")
     kafka_tls: KafkaTls | None = Field(default=None, description="Kafka TLS (Secret references).")
     kafka_sasl: KafkaSasl | None = Field(default=None, description="Kafka SASL (Secret references).")
+    pod_template: PodTemplates | None = Field(
+        default=None, description="The QueryCluster's pod templates of the driver and executor pods (absent: "
+        "none; an empty one is none too, so that it changes no digest).")
     template: int = Field(default=0, description="The version of the operator's pod template it was deployed "
                           "with.")
 

@@ -7,7 +7,7 @@ from typing import Any, ClassVar, Literal
 from pydantic import ConfigDict, Field, field_validator
 from pydantic.alias_generators import to_camel
 
-from sluice.core import sparkversion
+from sluice.core import podtemplate, sparkversion
 from sluice.core.plan import meaning
 from sluice.core.plan.model import SPARK_VERSION
 from sluice.core.spec import CleanupPolicy, UpgradePolicy
@@ -21,10 +21,11 @@ from sluice.crd.base import (
 )
 from sluice.crd.engine import WORKLOAD_TEMPLATE, Engine, ImagePullPolicy
 from sluice.crd.kafka import KafkaSasl, KafkaSettings, KafkaTls
+from sluice.crd.podtemplate import PodTemplates
 from sluice.crd.streamingquery import Condition
 
-__all__ = ["ClusterUpgradePolicy", "Engine", "KafkaSasl", "KafkaSettings", "KafkaTls", "QueryCluster",
-           "QueryClusterSpec", "QueryClusterStatus", "Storage"]
+__all__ = ["ClusterUpgradePolicy", "Engine", "KafkaSasl", "KafkaSettings", "KafkaTls", "PodTemplates",
+           "QueryCluster", "QueryClusterSpec", "QueryClusterStatus", "Storage"]
 
 SERVICE_ID_PATTERN = r"^[a-z0-9]([a-z0-9-]*[a-z0-9])?$"
 
@@ -59,7 +60,7 @@ class ClusterUpgradePolicy(UpgradePolicy):
         description="A change of this QueryCluster that reaches the queries' pods or plans (image, "
         "sparkVersion, sparkConf, resources, executors, drainSeconds, Kafka connection) is rolled out "
         "query by query, at most this many at once, each behind its health gate; a failed gate halts "
-        "the rollout (status.rollout).",
+        "the rollout (status.rollout). So is a change of podTemplate.",
     )
 
 
@@ -112,6 +113,13 @@ class QueryClusterSpec(CrdModel):
         default=120, ge=10, le=3600,
         description="Time a driver gets to finish its micro-batch and commit when stopped.",
     )
+    pod_template: PodTemplates | None = Field(
+        default=None, description="Pod templates of the queries' driver and executor pods: labels, "
+        "annotations, nodeSelector, tolerations, affinity, topologySpreadConstraints, priorityClassName, "
+        "imagePullSecrets, schedulerName, runtimeClassName. A query's spec.podTemplate is laid over them; "
+        "what the operator sets itself is refused. A change is rolled out to the queries like an engine "
+        "upgrade.",
+    )
 
     @field_validator("spark_version")
     @classmethod
@@ -136,7 +144,16 @@ class QueryClusterSpec(CrdModel):
             driver=self.driver, executor=self.executor, executors=self.executors,
             drain_seconds=self.drain_seconds, kafka_bootstrap_servers=self.kafka.bootstrap_servers,
             kafka_tls=self.kafka.tls, kafka_sasl=self.kafka.sasl, template=WORKLOAD_TEMPLATE,
+            pod_template=self._pod_template(),
         )
+
+    def _pod_template(self) -> PodTemplates | None:
+        """The pod templates without their empty parts (None when nothing is left: an empty template
+        is no template, and leaves the engine's digest as it was)."""
+        if self.pod_template is None:
+            return None
+        kept = podtemplate.compact(self.pod_template.wire())
+        return PodTemplates.model_validate(kept) if kept else None
 
     def with_engine(self, engine: Engine) -> QueryClusterSpec:
         """This cluster as ``engine`` sees it: what reaches the pods and plans from the engine."""
@@ -146,7 +163,7 @@ class QueryClusterSpec(CrdModel):
             "image": engine.image, "image_pull_policy": engine.image_pull_policy,
             "spark_version": engine.spark_version, "spark_conf": dict(engine.spark_conf),
             "driver": engine.driver, "executor": engine.executor, "executors": engine.executors,
-            "drain_seconds": engine.drain_seconds, "kafka": kafka,
+            "drain_seconds": engine.drain_seconds, "kafka": kafka, "pod_template": engine.pod_template,
         })
 
 

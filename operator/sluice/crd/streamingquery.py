@@ -12,6 +12,7 @@ from sluice.core.records import OutputStatus, PinnedPlan, UpgradeRecord, Version
 from sluice.core.spec import CleanupPolicy, QuerySpec, Sink, Trigger, UpgradePolicy
 from sluice.crd.base import CrdKind, CrdModel, Resources, StatusModel
 from sluice.crd.engine import Engine
+from sluice.crd.podtemplate import PodTemplates
 
 Phase = Literal[
     "Pending", "Starting", "Running", "Upgrading", "UpgradePending", "Suspended", "Degraded", "Deleting"
@@ -74,6 +75,11 @@ class StreamingQuerySpec(QuerySpec):
         description="Warm standby drivers waiting on the query's Lease to take over (0 to 3); absent: "
         "the QueryCluster's standbyReplicas.",
     )
+    pod_template: PodTemplates | None = Field(
+        default=None, description="Pod templates of this query's driver and executor pods, laid over the "
+        "QueryCluster's podTemplate (labels, annotations and nodeSelector merged key by key, other fields "
+        "replaced); what the operator sets itself is refused.",
+    )
 
     def query(self) -> QuerySpec:
         """The query part alone (what the compiler reads)."""
@@ -98,6 +104,11 @@ class EngineStatus(Engine):
     """The engine the drivers run on (the last stable one, the one a rollback returns to)."""
 
     digest: str = Field(default="", description="sha256 of the engine snapshot.")
+    #: written by the operator from a valid QueryCluster and read back through ``Engine``: kept as
+    #: written (the spec's schema is not repeated in the status, twice, which would double the CRD)
+    pod_template: dict[str, Any] | None = Field(  # type: ignore[assignment]
+        default=None, description="The QueryCluster's pod templates of the driver and executor pods (as in "
+        "its spec.podTemplate).")
     waiting: str | None = Field(
         default=None, description="Why the QueryCluster's newer engine is not applied yet (its rollout "
         "admits queries in waves).")

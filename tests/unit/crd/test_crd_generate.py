@@ -73,11 +73,38 @@ def test_every_spec_field_has_a_description(kind: Any) -> None:
     assert root["description"]
 
 
-def test_preserve_unknown_fields_only_on_metadata() -> None:
+#: the nodes of a pod template that keep unknown fields (``sluice.crd.podtemplate``): its metadata and
+#: spec (so that the webhook and the reconcile see a protected field, which the API server would
+#: otherwise prune, and refuse it by name) and the Kubernetes terms kept as Kubernetes has them
+POD_TEMPLATE_OPEN = {
+    ".metadata", ".spec",
+    ".spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution",
+    ".spec.affinity.nodeAffinity.preferredDuringSchedulingIgnoredDuringExecution[]",
+    *(f".spec.affinity.{kind}.{when}DuringSchedulingIgnoredDuringExecution[]"
+      for kind in ("podAffinity", "podAntiAffinity") for when in ("required", "preferred")),
+    ".spec.topologySpreadConstraints[].labelSelector",
+}
+
+
+#: the engine records of a query's status keep the cluster's pod templates as the operator wrote them
+STATUS_OPEN = {".status.engine.podTemplate", ".status.rollout.targetEngine.podTemplate"}
+
+
+def test_preserve_unknown_fields_only_where_a_pod_template_needs_them() -> None:
     for kind in (StreamingQuery, QueryCluster):
         root = crd_for(kind)["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
         open_nodes = [p for p, n in walk(root) if n.get("x-kubernetes-preserve-unknown-fields")]
-        assert open_nodes == [], open_nodes
+        expected_status = STATUS_OPEN if kind is StreamingQuery else set()
+        assert {p for p in open_nodes if p.startswith(".status")} == expected_status
+        open_nodes = [p for p in open_nodes if not p.startswith(".status")]
+        outside = [p for p in open_nodes if not p.startswith(".spec.podTemplate.")]
+        assert outside == [], outside
+        roles = {p.split(".podTemplate.")[1].split(".")[0] for p in open_nodes}
+        assert roles == {"driver", "executor"}
+        within = {p.split(".podTemplate.")[1].split(".", 1)[1] for p in open_nodes}
+        assert {f".{p}" for p in within} == POD_TEMPLATE_OPEN
+        spec = root["properties"]["spec"]["properties"]["podTemplate"]["properties"]["driver"]
+        assert not spec.get("x-kubernetes-preserve-unknown-fields")  # apiVersion, kind, metadata, spec only
 
 
 def test_names_subresources_and_printer_columns() -> None:

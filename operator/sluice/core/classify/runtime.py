@@ -3,7 +3,8 @@
 The plan holds everything that decides the results, including the trigger interval and the rate
 limit (``maxOffsetsPerTrigger``), which the plan comparison reports as ``transparent``. A few fields
 of a StreamingQuery spec never reach the plan but still change the running query: pod resources
-(``spec.resources``: driver, executor, executor count), the driver restart nonce, and the sink
+(``spec.resources``: driver, executor, executor count), the pods' templates (``spec.podTemplate``:
+placement and metadata), the driver restart nonce, and the sink
 topic's partitions and replication factor (used when the topic is created). Changing them restarts
 the driver on the same checkpoint with the same plan: same results, ``transparent`` -> ``in-place``.
 
@@ -26,6 +27,7 @@ from sluice.core.classify.model import Change, change
 RUNTIME_FIELDS: dict[str, str] = {
     "resources": "pod resources of the query (driver, executors)",
     "restartNonce": "the driver is restarted",
+    "podTemplate": "placement and metadata of the query's pods (pod templates)",
     "sink.partitions": "partitions of the sink topic when it is created",
     "sink.replicationFactor": "replication factor of the sink topic when it is created",
 }

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from sluice import __version__
-from sluice.core import election
+from sluice.core import election, podtemplate
 from sluice.core.naming import QueryIdentity, QueryNames
 from sluice.core.replace import PreviousVersion
 from sluice.crd.base import API_VERSION, Resources
@@ -102,6 +102,13 @@ class QueryContext:
     @property
     def executor_resources(self) -> Resources:
         return self.cluster.executor.merged(self.spec.resources.executor if self.spec.resources else None)
+
+    def pod_template(self, role: str) -> dict[str, Any]:
+        """The pod template of ``role`` (``driver``: also a backfill's pods; ``executor``): the
+        QueryCluster's (from the engine the workload is built for), the query's laid over it."""
+        cluster = self.cluster.pod_template.wire() if self.cluster.pod_template else None
+        query = self.spec.pod_template.wire() if self.spec.pod_template else None
+        return podtemplate.merge(cluster, query).get(role) or {}
 
     @property
     def standby_replicas(self) -> int:

@@ -6,10 +6,11 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from sluice.core import election
+from sluice.core import election, podtemplate
 from sluice.core.gate import ENGINE_LABEL
 from sluice.core.naming import EXECUTOR_POD_TEMPLATE_ENV, PLAN_FILE, PLAN_MOUNT, STATE_MOUNT
 from sluice.core.replace import OUTPUT_TOPIC_ENV, PREVIOUS_VERSION_ENV, START_FROM_ENV
+from sluice.operator.builders import memory
 from sluice.operator.builders.context import (
     BLOCK_MANAGER_PORT,
     DRIVER_PORT,
@@ -67,24 +68,9 @@ def spark_conf(ctx: QueryContext) -> dict[str, str]:
             conf["spark.kubernetes.executor.request.cores"] = res.requests.cpu
         if res.limits and res.limits.cpu:
             conf["spark.kubernetes.executor.limit.cores"] = res.limits.cpu
-        if res.requests and res.requests.memory:
-            conf["spark.executor.memory"] = _spark_memory(res.requests.memory)
+        # heap + overhead (what Spark asks each executor pod for) = the executor container
+        conf.update(memory.executor_conf(ctx))
     return dict(sorted(conf.items()))
-
-
-#: Spark refuses an executor heap under 450 MiB (1.5 x its reserved 300 MiB)
-MIN_EXECUTOR_HEAP_MIB = 512
-
-
-def _spark_memory(quantity: str) -> str:
-    """Kubernetes memory quantity -> Spark size (JVM heap ~ 70% of the request, at least the
-    heap Spark accepts)."""
-    units = {"Ki": 1 / 1024, "Mi": 1, "Gi": 1024, "Ti": 1024 * 1024, "K": 1 / 1000, "M": 1, "G": 1000}
-    for suffix, factor in sorted(units.items(), key=lambda kv: -len(kv[0])):
-        if quantity.endswith(suffix):
-            mib = float(quantity[: -len(suffix)]) * factor
-            return f"{max(int(mib * 0.7), MIN_EXECUTOR_HEAP_MIB)}m"
-    return f"{max(int(float(quantity) / 1024 / 1024 * 0.7), MIN_EXECUTOR_HEAP_MIB)}m"
 
 
 def master(ctx: QueryContext) -> str:
@@ -157,9 +143,11 @@ def driver_env(ctx: QueryContext) -> list[dict[str, Any]]:
         {"name": "SLUICE_LEASE_SECONDS", "value": str(LEASE_SECONDS)},
         # what the driver reports it runs on (the health gate of an engine upgrade waits for it)
         {"name": ENGINE_ENV, "value": ctx.engine_digest},
+        *memory.memory_env(ctx),  # the runtime derives the driver's heap from it (core.sizing)
     ]
     if ctx.executors > 0:  # executor pods pass the namespace's Pod Security Standard too
-        template = json.dumps(executor_pod_template(), sort_keys=True)
+        executor_pod = podtemplate.apply(executor_pod_template(), ctx.pod_template("executor"))
+        template = json.dumps(executor_pod, sort_keys=True)
         env.append({"name": EXECUTOR_POD_TEMPLATE_ENV, "value": template})
     if ctx.previous is not None:  # a replaced version: its first term starts where this one ended
         env.append({"name": PREVIOUS_VERSION_ENV, "value": ctx.previous.to_json()})
@@ -278,14 +266,14 @@ def driver_deployment(ctx: QueryContext, plan_hash: str, config_map: str) -> dic
             "revisionHistoryLimit": 2,
             "progressDeadlineSeconds": 600,
             "selector": {"matchLabels": ctx.selector()},
-            "template": {
+            "template": podtemplate.apply({
                 "metadata": {
                     "labels": {**labels, "sluice.dev/plan-hash": plan_hash[:12],
                                ENGINE_LABEL: ctx.engine_digest[:12]},
                     "annotations": pod_annotations,
                 },
                 "spec": pod_spec,
-            },
+            }, ctx.pod_template("driver")),
         },
     }
 
