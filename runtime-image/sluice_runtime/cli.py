@@ -25,6 +25,11 @@ flag                  variable                  default
 --lease-seconds       SLUICE_LEASE_SECONDS      10
 (none)                SLUICE_ENGINE             (none) the digest of the engine the operator deployed
                                                 this driver with, echoed in its Lease records
+(none)                SLUICE_MEMORY_LIMIT       (none) the driver container's memory limit (bytes or a
+                                                Kubernetes quantity): spark.driver.memory and, with
+                                                a local master, RocksDB's bound derive from it
+                                                (``sluice.core.sizing``; sparkConf wins)
+(none)                SLUICE_MEMORY_REQUEST     (none) the same from its request, without a limit
 (none)                SLUICE_PREVIOUS_VERSION   (none) a replaced version's predecessor (JSON,
                                                 see ``sluice.core.replace``)
 --output-topic        SLUICE_OUTPUT_TOPIC       (none: the plan's sink topic) the topic the sink
@@ -54,6 +59,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from sluice.core import sizing
 from sluice.core.naming import EXECUTOR_POD_TEMPLATE_CONF, EXECUTOR_POD_TEMPLATE_ENV
 from sluice.core.replace import (
     OUTPUT_TOPIC_ENV,
@@ -109,6 +115,30 @@ def parse_conf_items(items: Sequence[str]) -> dict[str, str]:
                 raise ConfigError(f"Spark setting must be key=value, got {part!r}")
             out[key.strip()] = value.strip()
     return out
+
+
+#: what a refusal or warning names for the driver container's memory
+MEMORY_FIELDS = {
+    sizing.MEMORY_LIMIT_ENV: "the driver container's memory limit (SLUICE_MEMORY_LIMIT: QueryCluster "
+    "spec.driver.limits.memory, or StreamingQuery spec.resources.driver.limits.memory)",
+    sizing.MEMORY_REQUEST_ENV: "the driver container's memory request (SLUICE_MEMORY_REQUEST: QueryCluster "
+    "spec.driver.requests.memory, or StreamingQuery spec.resources.driver.requests.memory)",
+}
+
+
+def memory_from_env(env: Mapping[str, str]) -> sizing.Container | None:
+    """The driver container's memory: ``SLUICE_MEMORY_LIMIT``, else ``SLUICE_MEMORY_REQUEST`` (bytes,
+    as the Downward API gives them, or a quantity such as ``2Gi``); None without either."""
+    for var, limit in ((sizing.MEMORY_LIMIT_ENV, True), (sizing.MEMORY_REQUEST_ENV, False)):
+        text = (env.get(var) or "").strip()
+        if not text:
+            continue
+        try:
+            mib = sizing.quantity_mib(text)
+        except sizing.QuantityError as exc:
+            raise ConfigError(f"{var}: {exc}") from None
+        return sizing.Container(mib, MEMORY_FIELDS[var], limit=limit)
+    return None
 
 
 def kafka_from_env(env: Mapping[str, str]) -> KafkaSecurity:
@@ -233,6 +263,7 @@ def resolve_config(args: argparse.Namespace, env: Mapping[str, str]) -> RunConfi
         start_from=start_from,
         executor_pod_template=template,
         engine=(env.get(ENGINE_ENV) or "").strip(),
+        memory=memory_from_env(env),
     )
 
 
@@ -277,7 +308,7 @@ def execute(config: RunConfig) -> int:
     from sluice_runtime import compat, connector, driver, kafka_admin, reports
     from sluice_runtime.pipeline import build_pipeline
     from sluice_runtime.server import RuntimeState, parse_interval, readiness_bound, serve
-    from sluice_runtime.session import create_spark
+    from sluice_runtime.session import create_spark, driver_sizing
 
     reports.ENGINE = config.engine  # every record this process writes names the engine it runs on
     try:
@@ -288,6 +319,20 @@ def execute(config: RunConfig) -> int:
             driver.report_refusal(config, _plan_hash_of(config.plan), exc.error_class, str(exc))
         return 1
     query_id = config.query_id or default_query_id(plan.hash or plan.compute_hash())
+    try:  # the heap is fixed when the JVM starts: a container too small for it is refused before
+        sized = driver_sizing(plan, config.conf, config.master, config.memory)
+    except sizing.SizingError as exc:
+        print(f"sluice-runtime: not started: {exc}", file=sys.stderr)
+        if config.lease_name:
+            driver.report_refusal(config, plan.hash or plan.compute_hash(), "ContainerTooSmall", str(exc))
+        return 1
+    if sized is not None:
+        b = sized.budget
+        log.info("memory: container %d MiB: heap %d MiB, JVM %d MiB, Python %d MiB, RocksDB %d MiB (%s)",
+                 b.container, b.heap, b.jvm, b.python, b.rocksdb,
+                 ", ".join(f"{k}={v}" for k, v in sorted(sized.conf.items())) or "all set in sparkConf")
+        for warning in sized.warnings:
+            log.warning("memory: %s", warning)
     # Fail fast, before the JVM starts, when the brokers refuse the TLS/SASL settings.
     kafka_admin.connect(config.bootstrap, config.kafka)
     started = time.monotonic()
@@ -316,7 +361,7 @@ def execute(config: RunConfig) -> int:
         if fallback:
             log.info("Kafka connector: resolving %s with Spark", fallback["spark.jars.packages"])
         conf = {**fallback, **conf}
-    spark = create_spark(plan, config.master, conf, config.jars, own_session=True)
+    spark = create_spark(plan, config.master, conf, config.jars, own_session=True, memory=config.memory)
     state.plan_hash = plan.hash or plan.compute_hash()
     state.metrics.plan.labels(state.plan_hash).set(1)
     try:

@@ -6,6 +6,7 @@ import datetime as dt
 from dataclasses import dataclass, field
 
 from sluice.core.replace import PreviousVersion
+from sluice.core.sizing import Container
 from sluice.core.spec import parse_timestamp
 
 from sluice_runtime.kafka_security import KafkaSecurity
@@ -46,6 +47,9 @@ class RunConfig:
     #: the digest of the engine the operator deployed this driver with (``SLUICE_ENGINE``; "" when
     #: none): echoed in the Lease records, so that an engine upgrade's gate tells its drivers apart
     engine: str = ""
+    #: the driver container's memory (``SLUICE_MEMORY_LIMIT``, else ``SLUICE_MEMORY_REQUEST``), which
+    #: the driver's heap is derived from (``sluice.core.sizing``); None: Spark's defaults
+    memory: Container | None = None
 
 
 EARLIEST = "earliest"

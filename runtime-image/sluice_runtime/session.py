@@ -6,7 +6,9 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from sluice.core import sizing
 from sluice.core.plan.model import Plan
+from sluice.core.plan.steptypes import STATEFUL
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -32,14 +34,37 @@ DEFAULTS: dict[str, str] = {
 }
 
 
+def holds_rocksdb_state(plan: Plan, master: str) -> bool:
+    """Whether this driver's JVM holds RocksDB state stores: a stateful plan on RocksDB with a local
+    master (with executors the state stores live in the executors, sized by the operator)."""
+    return (master.startswith("local") and plan.settings.state_store_provider == sizing.ROCKSDB_PROVIDER
+            and any(step.type in STATEFUL for step in plan.steps))
+
+
+def driver_sizing(plan: Plan, conf: Mapping[str, str] | None, master: str,
+                  memory: sizing.Container | None) -> sizing.Sizing | None:
+    """The driver's heap (and RocksDB's bound where its JVM holds the state) from its container's
+    memory (``sluice.core.sizing.driver``; the settings in ``conf`` win); None without a container
+    memory: Spark's own defaults. :class:`sluice.core.sizing.SizingError` for a container that cannot
+    hold a driver."""
+    if memory is None:
+        return None
+    return sizing.driver(memory, conf or {}, rocksdb=holds_rocksdb_state(plan, master))
+
+
 def effective_conf(
-    plan: Plan, conf: Mapping[str, str] | None = None, jars: Iterable[str | Path] | None = None
+    plan: Plan, conf: Mapping[str, str] | None = None, jars: Iterable[str | Path] | None = None, *,
+    master: str = "local[2]", memory: sizing.Container | None = None,
 ) -> dict[str, str]:
-    """Spark settings in force: defaults < jars < flags/env < the plan's pinned settings."""
+    """Spark settings in force: defaults < jars < derived from the container's ``memory`` <
+    flags/env < the plan's pinned settings."""
     out = dict(DEFAULTS)
     jar_list = [str(j) for j in (jars or [])]
     if jar_list:
         out["spark.jars"] = ",".join(jar_list)
+    sized = driver_sizing(plan, conf, master, memory)
+    if sized is not None:
+        out.update(sized.conf)
     out.update(conf or {})
     out.update(plan.settings.spark_conf())
     return out
@@ -70,11 +95,14 @@ def create_spark(
     conf: Mapping[str, str] | None = None,
     jars: Iterable[str | Path] | None = None,
     own_session: bool = False,
+    memory: sizing.Container | None = None,
 ) -> SparkSession:
-    """The runtime's SparkSession; ``own_session``: the JVM in a process session of its own."""
+    """The runtime's SparkSession; ``own_session``: the JVM in a process session of its own;
+    ``memory``: the driver container's, which the heap is derived from (it must be set before the
+    JVM starts: a session of a running JVM keeps its heap)."""
     from pyspark.sql import SparkSession
 
-    settings = effective_conf(plan, conf, jars)
+    settings = effective_conf(plan, conf, jars, master=master, memory=memory)
     if own_session:
         _launch_own_session_gateway(master, settings)
     builder = SparkSession.builder.master(master).appName("sluice-runtime")

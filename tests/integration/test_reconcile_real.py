@@ -446,8 +446,10 @@ def test_a_takeover_is_reported_once(world: World) -> None:
                                        "reason": "FailedOver", "gapSeconds": 2.5}
     assert [r for r in w.reasons() if r in ("FailedOver", "HandedOff")] == ["FailedOver"]
     assert w.status()["ready"] is True
-    assert w.env.metrics.registry.get_sample_value("sluice_operator_failovers_total",
-                                                   {"kind": "FailedOver"}) == 1
+    failovers = {kind: w.env.metrics.registry.get_sample_value(
+        "sluice_operator_failovers_total", {"namespace": w.ns, "streamingquery": "totals", "kind": kind})
+        for kind in ("FailedOver", "HandedOff")}
+    assert failovers == {"FailedOver": 1, "HandedOff": 0}  # per query; both kinds from 0 on
     # a hand-off later is the next announcement
     hold(w, a, election.Takeover(time="2026-01-01T00:01:00Z", from_pod=b, to_pod=a, reason="released",
                                  epoch=2, gap_seconds=0.3))
@@ -487,6 +489,21 @@ def test_standbys_on_a_read_write_once_pod_volume_are_refused(world: World) -> N
     # no standby for this query: one pod at a time, replaced by Recreate
     assert reconcile_query(w.env, w.edit(standbyReplicas=0)) == "Starting"
     assert w.deployment()["spec"]["strategy"] == {"type": "Recreate"}
+
+
+def test_a_driver_container_too_small_for_spark_is_refused_before_anything_is_created(world: World) -> None:
+    w = world
+    w.edit_cluster(driver={"requests": {"memory": "512Mi"}, "limits": {"memory": "768Mi"}})
+    w.add_query()
+    with pytest.raises(Stop) as info:
+        reconcile_query(w.env, w.current())
+    assert "cannot hold a Spark driver" in str(info.value) and "raise it to at least" in str(info.value)
+    degraded = next(c for c in w.status()["conditions"] if c["type"] == "Degraded")
+    assert degraded["reason"] == "InvalidSpec" and "limits.memory" in degraded["message"]
+    assert w.kinds() == set() and w.topic_partitions() == {}
+    # a heap set in sparkConf is the user's choice: the container is taken as it is
+    w.edit_cluster(sparkConf={"spark.driver.memory": "512m"})
+    assert reconcile_query(w.env, w.edit(standbyReplicas=0)) == "Starting"
 
 
 def test_service_id_is_pinned_at_creation(world: World) -> None:

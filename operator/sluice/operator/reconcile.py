@@ -26,6 +26,7 @@ from sluice.crd.querycluster import QueryClusterSpec
 from sluice.crd.streamingquery import StreamingQuerySpec
 from sluice.operator import builders
 from sluice.operator.builders.context import QueryContext
+from sluice.operator.builders.memory import memory_problem
 from sluice.operator.desired import Desired, Engines, desired_plan, engines
 from sluice.operator.drivers import driver_problem
 from sluice.operator.env import (
@@ -92,7 +93,7 @@ def reconcile_query(env: Env, body: dict[str, Any], retry: int = 0) -> str:
     problem = _standing_problem(run, seen, ready)
     run.write(base_updates, _facts(run, seen.spec, problem=problem, driver_ready=ready))
     phase = str(run.status.get("phase"))
-    env.metrics.phase(f"{run.ns}/{run.name}", phase)  # also counts queries that did not change
+    env.metrics.phase(run.ns, run.name, phase)  # also counts queries that did not change
     return phase
 
 
@@ -120,7 +121,8 @@ def _observe(run: QueryRun, retry: int) -> Observed:
     try:
         cluster = QueryClusterSpec.model_validate(cluster_obj.get("spec") or {})
     except ValidationError as exc:
-        message = f"QueryCluster {cluster_name!r} is invalid: {exc.errors()[0]['msg']}"
+        first = validation_problems(exc, "spec")[0]
+        message = f"QueryCluster {cluster_name!r} is invalid: {first.field}: {first.message}"
         _problem(run, spec, Reason.CLUSTER_INVALID, message, {"cluster": cluster_name})
         raise Retry(message, backoff(retry)) from exc
 
@@ -148,8 +150,9 @@ def _observe(run: QueryRun, retry: int) -> Observed:
                             cluster=cluster)
     ctx = pinned_context(base_ctx.on_engine(engs.stable, freeze=engs.stable.template != WORKLOAD_TEMPLATE),
                          run.records.plan)
-    layout_problem = builders.standby_storage_problem(ctx, cluster_name)
-    if layout_problem is not None:  # a driver layout the state volume cannot carry: touch nothing
+    # a driver layout the state volume cannot carry, or containers too small for Spark: touch nothing
+    layout_problem = builders.standby_storage_problem(ctx, cluster_name) or memory_problem(ctx, cluster_name)
+    if layout_problem is not None:
         _problem(run, spec, Reason.INVALID_SPEC, layout_problem, {"cluster": cluster_name},
                  EventReason.INVALID_SPEC)
         raise Stop(layout_problem)

@@ -15,12 +15,15 @@ from collections.abc import Mapping
 from typing import Any
 
 import pytest
+from sluice.core import sizing
 from sluice.operator import builders
 from sluice.operator.workload import _identity_status
 from sluice_runtime import cli
+from sluice_runtime.session import effective_conf
 from sluice_runtime.steps import BuildContext
 
 from tests.support.operator_fixtures import cluster_spec, context
+from tests.support.runtime import plan_from_yaml
 
 CA = "-----BEGIN CERTIFICATE-----\nQ0E=\n-----END CERTIFICATE-----\n"
 CERT = "-----BEGIN CERTIFICATE-----\nQ0VSVA==\n-----END CERTIFICATE-----\n"
@@ -38,8 +41,9 @@ _REF = re.compile(r"\$\$|\$\(([A-Za-z_][A-Za-z0-9_.-]*)\)")
 
 
 def kubelet_env(env: list[dict[str, Any]], secrets: Mapping[tuple[str, str], str],
-                fields: Mapping[str, str]) -> dict[str, str]:
-    """A container's environment as the kubelet sets it."""
+                fields: Mapping[str, str], resources: Mapping[str, Any] | None = None) -> dict[str, str]:
+    """A container's environment as the kubelet sets it (``resources``: the container's, for
+    ``resourceFieldRef``: bytes, the default divisor 1)."""
     out: dict[str, str] = {}
 
     def expand(value: str) -> str:
@@ -60,6 +64,9 @@ def kubelet_env(env: list[dict[str, Any]], secrets: Mapping[tuple[str, str], str
             out[item["name"]] = secrets[(ref["name"], ref["key"])]
         elif "fieldRef" in source:
             out[item["name"]] = fields[source["fieldRef"]["fieldPath"]]
+        elif "resourceFieldRef" in source and resources is not None:
+            kind, _, name = source["resourceFieldRef"]["resource"].partition(".")
+            out[item["name"]] = str(sizing.parse_quantity(resources[kind][name]))
         else:
             raise AssertionError(f"unexpected env source {source}")
     return out
@@ -83,7 +90,7 @@ def runtime_config(cluster: dict[str, Any]) -> tuple[Any, cli.RunConfig]:
     ctx = context(cluster=cluster)
     sts = builders.driver_deployment(ctx, "ab" * 32, "totals-plan-abababababab")
     (container,) = sts["spec"]["template"]["spec"]["containers"]
-    env = kubelet_env(container["env"], SECRETS, FIELDS)
+    env = kubelet_env(container["env"], SECRETS, FIELDS, container["resources"])
     # the image's entry point is ``sluice-runtime run``; the container adds no arguments
     argv = [*container.get("command", ["sluice-runtime", "run"])[1:], *container.get("args", [])]
     return ctx, cli.resolve_config(cli.build_parser().parse_args(argv), env)
@@ -151,9 +158,33 @@ def test_driver_pods_are_told_their_lease_and_identity() -> None:
     ctx = context(cluster=cluster_spec())
     dep = builders.driver_deployment(ctx, "ab" * 32, "totals-plan-abababababab")
     (container,) = dep["spec"]["template"]["spec"]["containers"]
-    env = kubelet_env(container["env"], SECRETS, FIELDS)
+    env = kubelet_env(container["env"], SECRETS, FIELDS, container["resources"])
     assert LEASE_ENV <= set(env)
     assert env["SLUICE_LEASE_NAME"] == builders.driver_lease(ctx)["metadata"]["name"] == "totals-driver"
     assert env["SLUICE_LEASE_NAMESPACE"] == "shop"
     assert env["SLUICE_POD_NAME"] == FIELDS["metadata.name"]
     assert env["SLUICE_LEASE_SECONDS"] == str(builders.driver_lease(ctx)["spec"]["leaseDurationSeconds"])
+
+
+COUNT_PLAN = """\
+  sources: [{name: o, topic: o, schema: [{name: shop, type: string}]}]
+  sql: SELECT shop, count(*) AS n FROM o GROUP BY shop
+  sink: {topic: out, outputMode: update, key: [shop]}
+"""
+
+
+def test_the_driver_heap_comes_from_the_container_the_kubelet_gives() -> None:
+    """The default driver (limit 2Gi, local master): the runtime reads the limit from the Downward
+    API and sizes the heap and RocksDB before the JVM starts; a request without a limit is read the
+    same way; the QueryCluster's own spark.driver.memory wins."""
+    plan = plan_from_yaml(COUNT_PLAN)
+    _, config = runtime_config(cluster_spec())
+    assert config.memory == sizing.Container(2048, cli.MEMORY_FIELDS[sizing.MEMORY_LIMIT_ENV], limit=True)
+    conf = effective_conf(plan, config.conf, master=config.master, memory=config.memory)
+    assert conf["spark.driver.memory"] == "1267m"  # 2048 - 448 JVM - 128 Python - 205 RocksDB
+    assert conf["spark.sql.streaming.stateStore.rocksdb.maxMemoryUsageMB"] == "205"
+    _, config = runtime_config(cluster_spec(driver={"requests": {"memory": "1536Mi"}}))
+    assert config.memory is not None and (config.memory.mib, config.memory.limit) == (1536, False)
+    _, config = runtime_config(cluster_spec(sparkConf={"spark.driver.memory": "3g"}))
+    conf = effective_conf(plan, config.conf, master=config.master, memory=config.memory)
+    assert conf["spark.driver.memory"] == "3g"

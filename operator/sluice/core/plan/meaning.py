@@ -106,6 +106,26 @@ DEFAULTS: dict[str, dict[str, str]] = {
 #: settings a QueryCluster's sparkConf may not set: the query's spec owns them
 OWNED_BY_SPEC: dict[str, str] = {"spark.sql.shuffle.partitions": "spec.shufflePartitions of each query"}
 
+_ROCKSDB = "spark.sql.streaming.stateStore.rocksdb."
+#: Settings that bound the memory a query runs in, never what it computes nor how its state is laid
+#: out: they never enter plans, whoever sets them (the QueryCluster's sparkConf, or
+#: ``sluice.core.sizing`` from the containers' memory), and a change of one is ``transparent`` (the
+#: drivers restart with it on the same checkpoint). RocksDB reads its memory settings when a state
+#: store opens, never from the checkpoint.
+RUNTIME_ONLY: dict[str, str] = {
+    "spark.driver.memory": "the driver's JVM heap",
+    "spark.driver.memoryOverhead": "the driver's memory outside the heap",
+    "spark.executor.memory": "an executor's JVM heap",
+    "spark.executor.memoryOverhead": "an executor's memory outside the heap",
+    _ROCKSDB + "boundedMemoryUsage": "one memory bound for every RocksDB instance of a JVM",
+    _ROCKSDB + "maxMemoryUsageMB": "that bound",
+    _ROCKSDB + "writeBufferCacheRatio": "the bound's share for memtables",
+    _ROCKSDB + "highPriorityPoolRatio": "the bound's share for index and filter blocks",
+    _ROCKSDB + "writeBufferSizeMB": "a memtable's size",
+    _ROCKSDB + "maxWriteBufferNumber": "memtables per instance",
+    _ROCKSDB + "blockCacheSizeMB": "an unbounded instance's block cache",
+}
+
 
 def is_pinned(key: str) -> bool:
     """Whether ``key`` enters the plan (a change of it re-plans the query)."""
