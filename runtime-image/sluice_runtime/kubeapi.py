@@ -131,6 +131,9 @@ class KubeApi:
     # -- pods -------------------------------------------------------------------------------
     def patch_pod_metadata(self, ns: str, name: str, labels: dict[str, str],
                            annotations: dict[str, str]) -> None:
-        self._request("PATCH", f"/api/v1/namespaces/{ns}/pods/{name}",
+        """Merge ``labels`` and ``annotations`` into a pod's metadata through its ``status``
+        subresource, which changes metadata and status but never the spec: all the driver's Role
+        grants on pods without executors (``sluice.operator.builders.rbac``)."""
+        self._request("PATCH", f"/api/v1/namespaces/{ns}/pods/{name}/status",
                       {"metadata": {"labels": labels, "annotations": annotations}},
                       content_type="application/merge-patch+json")

@@ -4,6 +4,7 @@ the chart's RBAC. (Its CRDs: tests/unit/crd/test_crd_generate.py.)"""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 import subprocess
@@ -14,19 +15,16 @@ from typing import Any
 
 import pytest
 import yaml
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
-from prometheus_client.metrics import MetricWrapperBase
-from prometheus_client.parser import text_string_to_metric_families
 from sluice.core.status import PHASES
-from sluice.operator.builders.rbac import EXECUTOR_RULES, LEASE_RULES
+from sluice.operator import builders
 from sluice.operator.kube import Kube
 from sluice.operator.leader import LEADER_LABEL
-from sluice.operator.metrics import OperatorMetrics
 from sluice_dev.platform import common
-from sluice_runtime.metrics import RuntimeMetrics
 
 from tests.support import helm as chart
+from tests.support.metrics import operator_and_runtime
 from tests.support.namespaces import fresh_namespace
+from tests.support.operator_fixtures import cluster_spec, context
 from tests.support.operator_process import OperatorProcess
 from tests.support.waiting import eventually
 
@@ -40,17 +38,40 @@ ALL_MONITORS = {"metrics.serviceMonitor.enabled": "true", "metrics.podMonitor.en
 pytestmark = pytest.mark.integration
 
 
+def driver_roles(namespace: str) -> list[dict[str, Any]]:
+    """The driver Roles the operator creates in ``namespace``: a query's without executors and one
+    with executors (which grants Spark's rules on top)."""
+    roles = []
+    for executors in (0, 2):
+        ctx = context(name=f"q{executors}", cluster=cluster_spec(executors=executors))
+        role = builders.role(dataclasses.replace(ctx, namespace=namespace))
+        role["metadata"].pop("ownerReferences", None)
+        roles.append(role)
+    return roles
+
+
 def driver_rules_missing(kube: Any, user: str, namespace: str) -> list[str]:
-    """The permissions of the driver Role (EXECUTOR_RULES, LEASE_RULES) that ``user`` lacks in
-    ``namespace``: RBAC forbids granting one it does not hold, so the query would never get its Role."""
+    """The permissions of the driver Roles (``driver_roles``: every verb, on every name a rule
+    names, subresources included) that ``user`` lacks in ``namespace``, and the Roles the API
+    server refuses to let ``user`` create there (a server-side dry run: RBAC forbids granting a
+    permission one does not hold, so the query would never get its Role)."""
     missing = []
-    for rule in (*EXECUTOR_RULES, *LEASE_RULES):
-        for group in rule["apiGroups"]:
-            for resource in rule["resources"]:
-                for verb in rule["verbs"]:
-                    what = f"{resource}.{group}" if group else resource
-                    if not chart.can_i(kube, user, verb, what, "-n", namespace):
-                        missing.append(f"{verb} {what}")
+    for role in driver_roles(namespace):
+        for rule in role["rules"]:
+            for group in rule["apiGroups"]:
+                for resource in rule["resources"]:
+                    plural, _, sub = resource.partition("/")
+                    what = f"{plural}.{group}" if group else plural
+                    for name in rule.get("resourceNames") or [""]:
+                        target = f"{what}/{name}" if name else what
+                        extra = [f"--subresource={sub}"] if sub else []
+                        for verb in rule["verbs"]:
+                            if not chart.can_i(kube, user, verb, target, "-n", namespace, *extra):
+                                missing.append(f"{verb} {target}{'/' + sub if sub else ''}")
+        created = chart.kubectl(kube, "create", "--dry-run=server", "-n", namespace, f"--as={user}",
+                                "-f", "-", stdin=json.dumps(role), check=False)
+        if created.returncode != 0:
+            missing.append(f"Role {role['metadata']['name']}: {created.stderr.strip()}")
     return missing
 
 
@@ -76,9 +97,9 @@ def test_chart_lints_and_installs(kube: Any, namespace: str) -> None:
         crds = subprocess.run([kubectl, "get", "crd", "-o", "name"], capture_output=True, text=True, env=env,
                               check=True).stdout
         assert "customresourcedefinition.apiextensions.k8s.io/streamingqueries.sluice.dev" in crds
-        # the operator's Role holds every permission the driver Role grants
+        # the operator's Role holds every permission the driver Roles grant, and so may create them
         missing = driver_rules_missing(kube, f"system:serviceaccount:{namespace}:sluice-operator", namespace)
-        assert missing == [], f"the chart's RBAC lacks what the driver Role grants: {missing}"
+        assert missing == [], f"the chart's RBAC lacks what the driver Roles grant: {missing}"
 
         def pods() -> list[dict[str, Any]] | None:
             got = json.loads(chart.kubectl(kube, "get", "pods", "-n", namespace, "-l",
@@ -240,6 +261,20 @@ def _answer(url: str) -> tuple[int, str] | None:
 
 # -- values.schema.json ----------------------------------------------------------------------------
 
+def test_the_operator_holds_no_delete_collection_but_of_pods() -> None:
+    """What the operator holds in a watched namespace only to grant it: the driver Roles' rules.
+    Nothing wider: no deletecollection but of pods (Spark's executors), and pods/status patch only
+    (a driver labels its own pod)."""
+    for values in ({}, {"watchNamespaces": "{a,b}"}):
+        objects = chart.render(values)
+        holder = chart.only(objects, "ClusterRole") if not values else chart.only(
+            [o for o in objects if o["metadata"].get("namespace") == "a"], "Role")
+        wide = {(r, v) for rule in holder["rules"] for r in rule["resources"] for v in rule["verbs"]
+                if not rule.get("resourceNames")}
+        assert {r for r, v in wide if v == "deletecollection"} == {"pods"}
+        assert {v for r, v in wide if r == "pods/status"} == {"patch"}
+
+
 def test_schema_refuses_typos_and_wrong_types(tmp_path: Path) -> None:
     """Helm validates values against values.schema.json on template, lint, install and upgrade."""
     cases = {
@@ -260,7 +295,8 @@ def test_schema_refuses_typos_and_wrong_types(tmp_path: Path) -> None:
     lint = chart.helm("lint", str(CHART), "-f", str(bad))
     assert lint.returncode != 0 and "watchNamespace" in lint.stdout + lint.stderr, lint.stdout
     # the chart's own values, and every switch on, pass
-    assert chart.helm("lint", "--strict", str(CHART), *chart.set_args(ALL_MONITORS)).returncode == 0
+    everything = {**ALL_MONITORS, "metrics.grafanaDashboard.enabled": "true"}
+    assert chart.helm("lint", "--strict", str(CHART), *chart.set_args(everything)).returncode == 0
 
 
 def _leaves(values: dict[str, Any], prefix: str = "") -> list[str]:
@@ -392,43 +428,18 @@ def test_monitors_only_when_enabled() -> None:
 
 # -- the alerts -----------------------------------------------------------------------------------
 
-def exported(*registries: CollectorRegistry) -> dict[str, set[str]]:
-    """Every sample name the registries expose (``_total``, ``_bucket``, ... as Prometheus stores
-    them) and its label names: each metric object is touched once so that labelled ones show."""
-    names: dict[str, set[str]] = {}
-    for registry in registries:
-        text = generate_latest(registry).decode()
-        for family in text_string_to_metric_families(text):
-            for sample in family.samples:
-                names.setdefault(sample.name, set()).update(sample.labels)
-    return names
-
-
-def touched(owner: object) -> None:
-    for metric in vars(owner).values():
-        if not isinstance(metric, MetricWrapperBase):
-            continue
-        labels = getattr(metric, "_labelnames", ())
-        child: Any = metric.labels(*["x"] * len(labels)) if labels else metric
-        if isinstance(metric, Counter):
-            child.inc()
-        elif isinstance(metric, Gauge):
-            child.set(1)
-        elif isinstance(metric, Histogram):
-            child.observe(1)
-
-
 def test_alerts_use_metrics_the_code_exports() -> None:
-    operator_metrics = OperatorMetrics(CollectorRegistry())
-    runtime_metrics = RuntimeMetrics()
-    touched(operator_metrics)
-    touched(runtime_metrics)
-    names = exported(operator_metrics.registry, runtime_metrics.registry)
+    operator_names, runtime_names = operator_and_runtime()
+    names = {**operator_names, **runtime_names}
     assert "sluice_batches_total" in names and "sluice_batches" not in names  # prometheus_client's suffix
+    assert not [n for n in names if n.endswith("_created")]  # no series beside each counter
 
     rule = chart.only(chart.render(ALL_MONITORS), "PrometheusRule")
     alerts = {r["alert"]: r for g in rule["spec"]["groups"] for r in g["rules"]}
-    assert {"SluiceQueryNotProgressing", "SluiceKafkaLagGrowing", "SluiceUpgradeRolledBack"} <= set(alerts)
+    assert set(alerts) == {"SluiceQueryNotProgressing", "SluiceKafkaLagGrowing", "SluiceLateRowsDropped",
+                           "SluiceStateVolumeFilling", "SluiceUpgradeRolledBack", "SluiceUpgradeFailed",
+                           "SluiceFailoverStorm", "SluiceQueriesDegraded", "SluiceOperatorReconcileErrors",
+                           "SluiceOperatorDown"}
     for name, alert in alerts.items():
         expr = alert["expr"]
         assert alert["labels"]["severity"] in ("warning", "critical"), name
@@ -451,9 +462,16 @@ def test_alerts_use_metrics_the_code_exports() -> None:
         "relabelings"]
     assert {"sourceLabels": ["__meta_kubernetes_pod_label_sluice_dev_query"],
             "targetLabel": "streamingquery"} in relabel
-    for name in ("SluiceQueryNotProgressing", "SluiceKafkaLagGrowing"):
+    per_query = [name for name, alert in alerts.items() if "streamingquery" in alert["expr"]]
+    assert len(per_query) == 8, per_query
+    for name in per_query:  # they name the query, with the label the operator's metrics carry too
         text = alerts[name]["annotations"]["description"]
         assert "{{ $labels.namespace }}/{{ $labels.streamingquery }}" in text, name
+        for metric in set(re.findall(r"\b(sluice_operator_[a-z0-9_]+)\b", alerts[name]["expr"])):
+            assert {"namespace", "streamingquery"} <= operator_names[metric], f"{name}: {metric}"
+    # the operator's per-query series keep their own namespace label when scraped
+    monitor = chart.only(chart.render(ALL_MONITORS), "ServiceMonitor")
+    assert [e.get("honorLabels") for e in monitor["spec"]["endpoints"]] == [True]
     # the window values reach the expressions
     tuned = chart.render({**ALL_MONITORS, "metrics.prometheusRule.notProgressingWindow": "40m"})
     tuned_rule = chart.only(tuned, "PrometheusRule")
@@ -461,9 +479,44 @@ def test_alerts_use_metrics_the_code_exports() -> None:
 
 
 def test_alerts_tuning_is_validated() -> None:
-    out = chart.helm("template", "rel", str(CHART),
-                     *chart.set_args({**ALL_MONITORS, "metrics.prometheusRule.lagGrowingFor": "soon"}))
-    assert out.returncode != 0 and "lagGrowingFor" in out.stderr, out.stderr
+    rule = "metrics.prometheusRule."
+    for key, value in (("lagGrowingFor", "soon"), ("stateVolumeMinFreeRatio", "2"),
+                       ("stateVolumeMinFreeRatio", "lots"), ("lateRowsMinRatio", "-1"),
+                       ("failoverStormCount", "0"), ("stateVolumeFullWithinHours", "a day")):
+        out = chart.helm("template", "rel", str(CHART), *chart.set_args({**ALL_MONITORS, rule + key: value}))
+        assert out.returncode != 0 and key in out.stderr, f"{key}={value}: {out.stderr}"
+    # --set passes a fraction as a string: taken, and written into the expressions as given
+    tuned = chart.render({**ALL_MONITORS, rule + "stateVolumeMinFreeRatio": "0.05",
+                          rule + "lateRowsMinRatio": "0.2", rule + "failoverStormCount": "5",
+                          rule + "failoverStormWindow": "1h"})
+    text = json.dumps(chart.only(tuned, "PrometheusRule")["spec"])
+    assert "< 0.05" in text and "> 0.2" in text and "[1h])) >= 5" in text
+
+
+# -- the Grafana dashboard ------------------------------------------------------------------------
+
+def test_the_dashboard_config_map_for_grafana_s_sidecar() -> None:
+    assert "ConfigMap" not in chart.kinds(chart.render(ALL_MONITORS))  # off by default
+    shipped = json.loads((CHART / "files" / "grafana-dashboard.json").read_text())
+    objects = chart.render({"metrics.grafanaDashboard.enabled": "true"})
+    config_map = chart.only(objects, "ConfigMap", "rel-operator-dashboard")
+    assert config_map["metadata"]["namespace"] == "sluice-system"
+    assert config_map["metadata"]["labels"]["grafana_dashboard"] == "1"  # what the sidecar looks for
+    assert "annotations" not in config_map["metadata"]
+    assert json.loads(config_map["data"]["sluice.json"]) == shipped
+    # the sidecar's namespace, folder and label value may differ
+    moved = chart.only(chart.render({"metrics.grafanaDashboard.enabled": "true",
+                                     "metrics.grafanaDashboard.namespace": "monitoring",
+                                     "metrics.grafanaDashboard.labels.grafana_dashboard": "sluice",
+                                     "metrics.grafanaDashboard.labels.team": "data",
+                                     "metrics.grafanaDashboard.annotations.grafana_folder": "Streaming"}),
+                       "ConfigMap", "rel-operator-dashboard")["metadata"]
+    assert moved["namespace"] == "monitoring" and moved["annotations"] == {"grafana_folder": "Streaming"}
+    assert moved["labels"]["grafana_dashboard"] == "sluice" and moved["labels"]["team"] == "data"
+    out = chart.helm("template", "rel", str(CHART), *chart.set_args(
+        {"metrics.grafanaDashboard.enabled": "true",
+         "metrics.grafanaDashboard.namespace": "Not_A_Namespace"}))
+    assert out.returncode != 0 and "grafanaDashboard" in out.stderr, out.stderr
 
 
 

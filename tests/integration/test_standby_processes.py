@@ -85,7 +85,7 @@ def driver_env(kube: Any, namespace: str, tmp_path: Path) -> Iterator[tuple[Api,
                "metadata": {"name": "driver", "namespace": namespace},
                "rules": [{"apiGroups": ["coordination.k8s.io"], "resources": ["leases"],
                           "verbs": ["get", "list", "watch", "create", "update", "patch"]},
-                         {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "patch"]}]})
+                         {"apiGroups": [""], "resources": ["pods/status"], "verbs": ["patch"]}]})
     api.apply({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
                "metadata": {"name": "driver", "namespace": namespace},
                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "driver"},

@@ -68,14 +68,17 @@ namespaces, in a Role per watched namespace otherwise (rbac.yaml). */}}
 - apiGroups: [""]
   resources: ["configmaps", "services", "serviceaccounts", "persistentvolumeclaims", "secrets"]
   verbs: ["get", "list", "watch", "create", "patch", "update", "delete"]
-# The driver's Role grants these to its own ServiceAccount; RBAC requires the operator to hold
-# every permission it grants (in that namespace).
+# Pods: the operator reads its drivers' pods; the rest is what a query's driver Role grants
+# (sluice.operator.builders.rbac: with executors, Spark's executor pods; always, pods/status patch,
+# with which a driver labels its own pod). RBAC lets the operator grant only what it holds itself
+# in that namespace; the driver Role's ConfigMap, claim and Lease verbs are among the rules above
+# and below.
 - apiGroups: [""]
   resources: ["pods"]
   verbs: ["create", "get", "list", "watch", "delete", "deletecollection", "patch"]
 - apiGroups: [""]
-  resources: ["configmaps", "persistentvolumeclaims", "services"]
-  verbs: ["deletecollection"]
+  resources: ["pods/status"]
+  verbs: ["patch"]
 # the driver Deployments (active and standby drivers of each query)
 - apiGroups: ["apps"]
   resources: ["deployments"]
@@ -87,8 +90,8 @@ namespaces, in a Role per watched namespace otherwise (rbac.yaml). */}}
   resources: ["roles", "rolebindings"]
   verbs: ["get", "list", "watch", "create", "patch", "update", "delete"]
 # the operator's own leader election (cluster-wide mode), and each query's driver Lease (created by
-# the operator, watched for takeovers, annotated with hand-off requests; its drivers' Role grants
-# the same)
+# the operator before its drivers start, watched for takeovers, annotated with hand-off requests;
+# its drivers' Role grants get, list, watch and update of that Lease by name)
 - apiGroups: ["coordination.k8s.io"]
   resources: ["leases"]
   # delete: a replace with backfill removes its own Lease with its workload
