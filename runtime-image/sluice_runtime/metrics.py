@@ -1,7 +1,12 @@
 """Prometheus metrics of a runtime, derived from the queries' progress reports.
 
-Everything is computed from ``StreamingQuery.lastProgress``/``status`` (no extra Kafka calls):
-per-partition lag is the source's ``latestOffset`` minus its ``endOffset`` in the last progress.
+Everything is computed from the queries' progress reports (no extra Kafka calls): per-partition
+lag is the source's ``latestOffset`` minus its ``endOffset`` in the last report. A report of a
+batch that ran (:func:`sluice_runtime.progress.ran_a_batch`) updates the per-batch metrics once
+(counters, last batch id and commit time, duration, state, late rows); every report, idle
+triggers included, updates the rates, the lag and the watermark delay. Every series of a query
+carries its Spark query name (``query``); a driver that goes back to standby drops them all (its
+queries stopped: their last values would be stale). docs/chart.md lists the metrics.
 """
 
 from __future__ import annotations
@@ -11,9 +16,10 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, disable_created_metrics
 
 from sluice_runtime import malformed
+from sluice_runtime.progress import commit_time, ran_a_batch, state_disk_bytes, watermark_delay
 
 #: buckets of the takeover gap (seconds from the old driver's last commit to the new one's first)
 GAP_BUCKETS = (0.5, 1.0, 1.5, 2.0, 3.0, 5.0, 8.0, 13.0, 21.0, 34.0, 60.0)
@@ -75,17 +81,20 @@ class RuntimeMetrics:
     registry: CollectorRegistry = field(default_factory=CollectorRegistry)
     _seen_batches: dict[str, int] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
+    _standby: bool = False  # no query series (a monitor of the ended term may still report once)
 
     def __post_init__(self) -> None:
+        disable_created_metrics()  # no `_created` series beside every counter and histogram child
         r = self.registry
         q = ["query"]
         self.input_rows = Counter("sluice_input_rows", "Rows read from the sources.", q, registry=r)
         self.processed_batches = Counter("sluice_batches", "Micro-batches completed.", q, registry=r)
         self.input_rate = Gauge(
-            "sluice_input_rows_per_second", "Input rate of the last batch.", q, registry=r
+            "sluice_input_rows_per_second", "Input rate of the last trigger (0 while idle).", q, registry=r
         )
         self.processed_rate = Gauge(
-            "sluice_processed_rows_per_second", "Processing rate of the last batch.", q, registry=r
+            "sluice_processed_rows_per_second", "Processing rate of the last trigger (0 while idle).", q,
+            registry=r,
         )
         self.batch_duration = Gauge(
             "sluice_batch_duration_seconds", "Duration of the last micro-batch.", q, registry=r
@@ -93,8 +102,25 @@ class RuntimeMetrics:
         self.last_batch = Gauge(
             "sluice_last_committed_batch_id", "Id of the last completed batch.", q, registry=r
         )
+        self.last_commit = Gauge(
+            "sluice_last_commit_timestamp_seconds",
+            "When the last completed batch committed (unix seconds: its trigger's start plus its duration).",
+            q, registry=r,
+        )
         self.state_rows = Gauge("sluice_state_rows", "Rows in state stores.", q, registry=r)
         self.state_memory = Gauge("sluice_state_memory_bytes", "Memory used by state stores.", q, registry=r)
+        self.state_disk = Gauge(
+            "sluice_state_disk_bytes", "Bytes of the state stores' files on local disk (RocksDB SST files).",
+            q, registry=r,
+        )
+        self.late_rows = Counter(
+            "sluice_rows_dropped_by_watermark",
+            "Input rows the stateful operators dropped as later than the watermark.", q, registry=r,
+        )
+        self.watermark_delay = Gauge(
+            "sluice_watermark_delay_seconds",
+            "Processing time of the last report minus the query's event-time watermark.", q, registry=r,
+        )
         self.lag = Gauge(
             "sluice_kafka_lag_records",
             "Records behind the latest offset.",
@@ -123,25 +149,50 @@ class RuntimeMetrics:
             ["kind"], buckets=GAP_BUCKETS, registry=r,
         )
 
+    def _per_query(self) -> list[Any]:
+        """The metrics with a ``query`` label."""
+        return [self.input_rows, self.processed_batches, self.input_rate, self.processed_rate,
+                self.batch_duration, self.last_batch, self.last_commit, self.state_rows, self.state_memory,
+                self.state_disk, self.late_rows, self.watermark_delay, self.lag, self.active, self.malformed]
+
     def set_role(self, role: str) -> None:
+        """A standby drops every query's series and takes no progress until it is active again:
+        its queries stopped (the term ended), so their last values would read as current, and be
+        summed with the new active driver's."""
         for name in ("active", "standby"):
             self.role.labels(name).set(1 if name == role else 0)
+        with self._lock:
+            self._standby = role != "active"
+            if self._standby:
+                for metric in self._per_query():
+                    metric.clear()
+                self._seen_batches.clear()
 
     def observe_progress(self, query: str, progress: Mapping[str, Any] | None, active: bool) -> None:
-        """Update from one query's last progress (idempotent per batch id)."""
+        """Update from one progress report of a query: its rates, lag and watermark delay from any
+        report; the per-batch metrics once per batch that ran (an idle trigger reports the *next*
+        batch id, which must not count as that batch)."""
         with self._lock:
+            if self._standby:
+                return
             self.active.labels(query).set(1 if active else 0)
             if not progress:
                 return
-            batch = int(progress.get("batchId", -1))
             self.input_rate.labels(query).set(float(progress.get("inputRowsPerSecond") or 0.0))
             self.processed_rate.labels(query).set(float(progress.get("processedRowsPerSecond") or 0.0))
             for lag in kafka_lag(progress):
                 self.lag.labels(query, lag.topic, lag.partition).set(lag.lag)
-            if self._seen_batches.get(query, -1) >= batch:
+            delay = watermark_delay(progress)
+            if delay is not None:
+                self.watermark_delay.labels(query).set(delay)
+            batch = int(progress.get("batchId", -1))
+            if not ran_a_batch(progress) or self._seen_batches.get(query, -1) >= batch:
                 return
             self._seen_batches[query] = batch
             self.last_batch.labels(query).set(batch)
+            committed = commit_time(progress)
+            if committed is not None:
+                self.last_commit.labels(query).set(committed)
             self.processed_batches.labels(query).inc()
             self.input_rows.labels(query).inc(int(progress.get("numInputRows") or 0))
             durations = progress.get("durationMs") or {}
@@ -149,6 +200,12 @@ class RuntimeMetrics:
             ops = progress.get("stateOperators") or []
             self.state_rows.labels(query).set(sum(int(o.get("numRowsTotal") or 0) for o in ops))
             self.state_memory.labels(query).set(sum(int(o.get("memoryUsedBytes") or 0) for o in ops))
+            disk = state_disk_bytes(progress)
+            if disk is not None:
+                self.state_disk.labels(query).set(disk)
+            if ops:  # a stateful query: its counter exists from 0 on, so rate() sees the first drop
+                late = sum(int(o.get("numRowsDroppedByWatermark") or 0) for o in ops)
+                self.late_rows.labels(query).inc(late)
             for source, count in malformed.observed_counts(dict(progress)).items():
                 if count:
                     self.malformed.labels(query, source).inc(count)

@@ -6,13 +6,76 @@ parse on both sides. A driver's monitor asks every query for its progress every 
 a second it converted each report a hundred times, for every query of the driver, for as long as it
 runs. :class:`ProgressTail` asks the JVM for the buffer once per poll, reads the timestamps from its
 end back to the newest report it already returned, and converts only the reports after it.
+
+The readers below take one report as the JSON shape Spark 4 gives it (``StreamingQueryProgress``:
+``timestamp`` when the trigger started, ``durationMs``, ``eventTime.watermark``,
+``stateOperators[]``); ``tests/corpus/progress/`` holds reports recorded from real PySpark.
 """
 
 from __future__ import annotations
 
+import datetime as dt
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
+
+#: the watermark Spark reports before the first batch moved it (no event time seen yet)
+NO_WATERMARK = 0.0
+
+
+def ran_a_batch(progress: Mapping[str, Any]) -> bool:
+    """Whether a progress report is of a micro-batch that ran (and so was committed when it was
+    reported), not of an idle trigger. An idle trigger reports the *next* batch id with no input
+    and no ``addBatch`` time; a batch without input that ran anyway (a watermark or timeout moved)
+    has ``addBatch``."""
+    return int(progress.get("numInputRows") or 0) > 0 or "addBatch" in (progress.get("durationMs") or {})
+
+
+def unix_seconds(stamp: Any) -> float | None:
+    """An ISO 8601 time of a progress report (``2026-11-27T03:11:43.000Z``) in seconds since the
+    epoch; None when absent or unreadable."""
+    if not isinstance(stamp, str) or not stamp:
+        return None
+    try:
+        moment = dt.datetime.fromisoformat(stamp.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    if moment.tzinfo is None:  # Spark writes UTC
+        moment = moment.replace(tzinfo=dt.UTC)
+    return moment.timestamp()
+
+
+def commit_time(progress: Mapping[str, Any]) -> float | None:
+    """When the batch of a report was committed (unix seconds): its trigger's start plus the
+    trigger's execution time (``durationMs.triggerExecution``)."""
+    start = unix_seconds(progress.get("timestamp"))
+    if start is None:
+        return None
+    return start + float((progress.get("durationMs") or {}).get("triggerExecution") or 0) / 1000.0
+
+
+def watermark_delay(progress: Mapping[str, Any]) -> float | None:
+    """Seconds from the event-time watermark to the processing time of the report (its trigger's
+    start); None for a query without a watermark, or before its first batch moved it."""
+    watermark = unix_seconds((progress.get("eventTime") or {}).get("watermark"))
+    now = unix_seconds(progress.get("timestamp"))
+    if watermark is None or now is None or watermark <= NO_WATERMARK:
+        return None
+    return now - watermark
+
+
+def _custom(operator: Mapping[str, Any], name: str) -> int | None:
+    value = (operator.get("customMetrics") or {}).get(name)
+    return int(value) if isinstance(value, (int, float)) else None
+
+
+def state_disk_bytes(progress: Mapping[str, Any]) -> int | None:
+    """Bytes of state on local disk over the stateful operators of a report: RocksDB's SST files
+    (custom metric ``rocksdbSstFileSize``); None when no operator reports it (no state, or the
+    in-memory HDFS-backed store)."""
+    sizes = [_custom(op, "rocksdbSstFileSize") for op in progress.get("stateOperators") or []]
+    known = [size for size in sizes if size is not None]
+    return sum(known) if known else None
 
 
 def first_new(count: int, stamp: Callable[[int], str], last: str | None) -> int:

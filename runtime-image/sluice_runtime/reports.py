@@ -30,6 +30,7 @@ from sluice.core.driverreport import (
 
 from sluice_runtime.malformed import observed_counts
 from sluice_runtime.metrics import total_lag
+from sluice_runtime.progress import ran_a_batch
 
 if TYPE_CHECKING:
     from sluice.core.plan.model import Plan
@@ -50,19 +51,11 @@ def now_rfc3339() -> str:
 # -- progress ---------------------------------------------------------------------------------
 
 
-def ran_a_batch(progress: Mapping[str, Any]) -> bool:
-    """Whether a progress report is of a micro-batch that ran (and so was committed when it was
-    reported), not of an idle trigger. An idle trigger reports the *next* batch id with no input
-    and no ``addBatch`` time; a batch without input that ran anyway (a watermark or timeout moved)
-    has ``addBatch``."""
-    return int(progress.get("numInputRows") or 0) > 0 or "addBatch" in (progress.get("durationMs") or {})
-
-
 def idle_trigger(progress: Mapping[str, Any]) -> bool:
     """Whether a report is of a trigger that found no new input: a live, idle loop. A trigger that
     planned input but did not run it (its batch failed, or is still failing) is neither this nor a
     batch: the gate must never count a query that cannot process its input as alive."""
-    if int(progress.get("numInputRows") or 0) > 0 or "addBatch" in (progress.get("durationMs") or {}):
+    if ran_a_batch(progress):
         return False
     return all(src.get("startOffset") == src.get("endOffset") for src in progress.get("sources") or [])
 

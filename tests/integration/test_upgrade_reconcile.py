@@ -41,6 +41,14 @@ def plan_config_map(w: World) -> str:
     return str(vol["configMap"]["name"])
 
 
+def outcomes(w: World) -> dict[str, float | None]:
+    """The query's ``sluice_operator_upgrade_outcomes_total`` per outcome."""
+    labels = {"namespace": w.ns, "streamingquery": "totals"}
+    return {outcome: w.env.metrics.registry.get_sample_value(
+        "sluice_operator_upgrade_outcomes_total", {**labels, "outcome": outcome})
+        for outcome in ("Succeeded", "RolledBack", "Failed", "Rejected", "Cancelled")}
+
+
 def started(w: World, sql: str = WHERE_SQL, **spec: Any) -> tuple[dict[str, Any], dict[str, Any]]:
     """A running query (plan A, one driver term), then an edit reconciled: (pinned A, status)."""
     w.add_query(**spec)
@@ -110,6 +118,8 @@ def test_a_failing_edit_is_rolled_back_onto_the_old_plan(world: World) -> None:
     assert "UpgradeRolledBack" in w.reasons()
     # the spec still asks for the failed plan: not tried again until the spec is edited; Degraded says so
     assert reconcile_query(w.env, w.current()) == "Degraded"
+    # counted once, per query (what SluiceUpgradeRolledBack alerts on); the other outcomes at 0
+    assert outcomes(w) == {"Succeeded": 0, "RolledBack": 1, "Failed": 0, "Rejected": 0, "Cancelled": 0}
     status = w.status()
     degraded = next(c for c in status["conditions"] if c["type"] == "Degraded")
     assert degraded["reason"] == "UpgradeRolledBack" and "CAST_INVALID_INPUT" in degraded["message"]
@@ -142,6 +152,7 @@ def test_rollback_never_stays_degraded_until_the_next_edit(world: World) -> None
     drivers.take_over(pinned["hash"], batches=3)
     assert reconcile_query(w.env, w.current()) == "Starting"  # no kubelet: readiness follows the pods
     assert [h["outcome"] for h in w.status()["history"]] == ["Succeeded", "Failed"]
+    assert outcomes(w) == {"Succeeded": 1, "RolledBack": 0, "Failed": 1, "Rejected": 0, "Cancelled": 0}
 
 
 def test_the_spec_reverted_mid_rollout_cancels_it(world: World) -> None:

@@ -97,7 +97,7 @@ def delete_query(env: Env, body: dict[str, Any], retry: int, runtime_seconds: fl
                                {"metadata": {"ownerReferences": []}})
             run.event("Normal", EventReason.STATE_RETAINED,
                       f"kept state volume claim {names.state_claim} and the output topic")
-    env.metrics.phase(f"{ns}/{name}", None)
+    env.metrics.forget(ns, name)
 
 
 def _delete_inventory(run: QueryRun, admin: TopicAdmin) -> None:

@@ -119,8 +119,6 @@ def refresh_drivers(env: Env, namespace: str, query: str, lease: dict[str, Any] 
         if written and takeover is not None:
             kind = takeover.kind
             env.events(body, "Normal", str(EventReason(kind)), takeover_message(takeover))
-            env.metrics.failovers.labels(kind=kind).inc()
-            if takeover.gap_seconds is not None:
-                env.metrics.failover_gap.labels(kind=kind).observe(takeover.gap_seconds)
+            env.metrics.failover(namespace, query, kind, takeover.gap_seconds)
         return
     log.info("%s/%s: drivers status not written (kept conflicting)", namespace, query)

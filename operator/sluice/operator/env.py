@@ -34,7 +34,7 @@ from sluice.crd.querycluster import QueryClusterSpec
 from sluice.crd.streamingquery import StreamingQuerySpec, StreamingQueryStatus
 from sluice.operator.kafka_admin import TopicAdmin, admin_config
 from sluice.operator.kube import Kube
-from sluice.operator.metrics import OperatorMetrics, metrics
+from sluice.operator.metrics import OperatorMetrics, finished_outcome, metrics
 
 log = logging.getLogger("sluice.operator")
 
@@ -172,9 +172,12 @@ class QueryRun:
         StreamingQueryStatus.model_validate({k: v for k, v in new.items() if v is not None})
         self.env.kube.patch_status("StreamingQuery", self.ns, self.name, patch, resource_version)
         transition = phase_transition(self.status, new)
+        outcome = finished_outcome(self.status, new)
         self.status = {k: v for k, v in new.items() if v is not None}
         if transition:
-            self.env.metrics.phase(f"{self.ns}/{self.name}", transition[1])
+            self.env.metrics.phase(self.ns, self.name, transition[1])
+        if outcome is not None:
+            self.env.metrics.upgrade_outcome(self.ns, self.name, outcome)
         return True
 
     def event(self, type_: str, reason: EventReason, message: str) -> None:

@@ -389,7 +389,7 @@ def _classify(run: QueryRun, ctx: QueryContext, spec: StreamingQuerySpec, cluste
     moves = from_engine != to_engine
     extra = engine_changes(deployed.engine.facts(), engines.desired.facts()) if moves else []
     verdict = _verdict(run, deployed, desired.plan, policy, extra)
-    run.env.metrics.upgrades.labels(category=verdict.category, decision=verdict.decision).inc()
+    run.env.metrics.upgrade_decision(run.ns, run.name, verdict.category, verdict.decision)
     rollout = _rollout_of(run, ctx, deployed, desired, engines, policy, verdict, from_hash)
     record = upgrade_record(from_hash=from_hash, to_hash=rollout.target_hash, category=rollout.category,
                             decision=rollout.decision, outcome=outcome_of(rollout.step),

@@ -52,12 +52,12 @@ def test_json_logs() -> None:
 
 def test_metrics_track_phases() -> None:
     m = OperatorMetrics(CollectorRegistry())
-    m.phase("ns/a", "Starting")
-    m.phase("ns/a", "Running")
-    m.phase("ns/b", "Running")
+    m.phase("ns", "a", "Starting")
+    m.phase("ns", "a", "Running")
+    m.phase("ns", "b", "Running")
     assert m.queries.labels(phase="Running")._value.get() == 2
     assert m.queries.labels(phase="Starting")._value.get() == 0
-    m.phase("ns/a", None)
+    m.phase("ns", "a", None)
     assert m.queries.labels(phase="Running")._value.get() == 1
     assert m.transitions.labels(from_phase="Starting", to_phase="Running")._value.get() == 1
 
