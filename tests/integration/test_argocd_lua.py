@@ -30,6 +30,7 @@ from pydantic import BaseModel
 from sluice.core.rollback import ROLLBACK_REQUEST, UNDONE_STEPS
 from sluice.crd.querycluster import QueryCluster, QueryClusterStatus
 from sluice.crd.streamingquery import StreamingQuery, StreamingQueryStatus
+from sluice_dev.platform import debian
 from sluice_dev.platform import lua as lua_platform
 from sluice_dev.platform.common import PlatformError
 from sluice_dev.platform.lua import ensure_lua
@@ -469,10 +470,10 @@ def test_ensure_lua_installs_with_apt(monkeypatch: pytest.MonkeyPatch, tmp_path:
     apt log."""
     apt = _Apt(set(fail), installs)
     monkeypatch.setattr(lua_platform, "find_lua", apt.find)
-    monkeypatch.setattr(lua_platform, "run_logged", apt.run_logged)
-    monkeypatch.setattr(lua_platform, "cache_dir", lambda component, version: tmp_path)
-    monkeypatch.setattr(lua_platform.os, "geteuid", lambda: 0)
-    monkeypatch.setattr(lua_platform.shutil, "which", lambda name: f"/usr/bin/{name}")
+    monkeypatch.setattr(debian, "run_logged", apt.run_logged)
+    monkeypatch.setattr(debian, "cache_dir", lambda component, version: tmp_path)
+    monkeypatch.setattr(debian.os, "geteuid", lambda: 0)
+    monkeypatch.setattr(debian.shutil, "which", lambda name: f"/usr/bin/{name}")
     if error is None:
         assert ensure_lua(log=lambda line: None) == installs
     else:
