@@ -21,6 +21,7 @@ from sluice.crd.engine import Engine
 from sluice.crd.querycluster import QueryClusterSpec
 from sluice.operator.builders.context import default_image
 from sluice.operator.cluster import annotate, queries_of
+from sluice.operator.desired import engine_of
 from sluice.operator.env import Env
 
 log = logging.getLogger("sluice.operator")
@@ -37,9 +38,10 @@ def _digest(record: EngineRef | None) -> str | None:
     if record is None:
         return None
     try:
-        return Engine.model_validate(record.for_storage()).compute_digest()
-    except ValidationError:
+        engine = engine_of(record)
+    except ValidationError:  # a record this operator cannot read: the digest it was written with
         return record.digest or None
+    return engine.compute_digest() if engine is not None else None
 
 
 def fleet_state(query: dict[str, Any]) -> QueryFleetState:
