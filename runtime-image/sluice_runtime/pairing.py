@@ -33,6 +33,10 @@ class Rule(StrEnum):
     SPARK = "spark"
     #: Spark's own version is not published: the newest published version below it
     NEWEST_PUBLISHED = "newest-published"
+    #: the Hadoop PySpark ships (its ``hadoop-client-api-<version>.jar``)
+    HADOOP = "hadoop"
+    #: the version that Hadoop's own build of ``hadoop-aws`` declares (its AWS SDK v2)
+    HADOOP_BUILD = "hadoop-build"
 
 
 @dataclass(frozen=True)
@@ -80,6 +84,69 @@ ARTIFACTS: Final[tuple[Artifact, ...]] = (
         why=_UNPUBLISHED,
         # kafka-clients comes with the connector
         exclusions=("org.apache.kafka:kafka-clients",),
+    ),
+)
+
+
+#: the Hadoop of PySpark's jars (``pyspark/jars/hadoop-client-api-<HADOOP>.jar``; a unit test checks)
+HADOOP: Final = "3.5.0"
+#: the AWS SDK v2 that Hadoop HADOOP builds ``hadoop-aws`` against (``aws-java-sdk-v2.version`` of
+#: ``org.apache.hadoop:hadoop-project:<HADOOP>``)
+AWS_SDK: Final = "2.35.4"
+
+_AWS_SDK_WHY = (
+    f"the AWS SDK v2 Hadoop {HADOOP} builds hadoop-aws with; its modules, not the ~700 MB bundle"
+)
+
+#: ``s3a://`` for checkpoints in object storage: Hadoop's S3A file system for the Hadoop PySpark
+#: ships, the AWS SDK v2 modules it needs (not ``software.amazon.awssdk:bundle``; the rest comes
+#: transitively, minus what PySpark ships) and Spark's cloud checkpoint file manager
+#: (``AbortableStreamBasedCheckpointFileManager``). Resolved for tests and the local platform by
+#: ``sluice_dev.platform.objectstore``; the runtime image does not ship them yet (issue 29).
+S3A_ARTIFACTS: Final[tuple[Artifact, ...]] = (
+    Artifact(
+        name="hadoop-aws",
+        group="org.apache.hadoop",
+        artifact="hadoop-aws",
+        version=HADOOP,
+        rule=Rule.HADOOP,
+        why=f"the Hadoop PySpark {SPARK} ships",
+        # the SDK's individual modules below instead of its shaded bundle
+        exclusions=("software.amazon.awssdk:bundle",),
+    ),
+    Artifact(
+        name="aws-sdk-s3",
+        group="software.amazon.awssdk",
+        artifact="s3",
+        version=AWS_SDK,
+        rule=Rule.HADOOP_BUILD,
+        why=_AWS_SDK_WHY,
+    ),
+    Artifact(
+        name="aws-sdk-s3-transfer-manager",
+        group="software.amazon.awssdk",
+        artifact="s3-transfer-manager",
+        version=AWS_SDK,
+        rule=Rule.HADOOP_BUILD,
+        why=_AWS_SDK_WHY,
+    ),
+    Artifact(
+        name="aws-sdk-sts",
+        group="software.amazon.awssdk",
+        artifact="sts",
+        version=AWS_SDK,
+        rule=Rule.HADOOP_BUILD,
+        why=_AWS_SDK_WHY,
+    ),
+    Artifact(
+        name="hadoop-cloud",
+        group="org.apache.spark",
+        artifact=f"spark-hadoop-cloud_{SCALA}",
+        version="4.1.2",
+        rule=Rule.NEWEST_PUBLISHED,
+        why=_UNPUBLISHED + " (neither 4.2.0 nor 4.1.0 is published; checked 2026-11-27)",
+        # its classes alone: hadoop-aws, the SDK and the other clouds' connectors are not wanted
+        exclusions=("*:*",),
     ),
 )
 

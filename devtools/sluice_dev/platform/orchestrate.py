@@ -2,7 +2,8 @@
 
 State lives in ``.platform/`` (or ``--state-dir``): pid files and logs per component,
 ``state.json`` (what was started, for idempotent re-runs) and ``env`` (shell ``export`` lines a
-user sources: ``KUBECONFIG``, ``SLUICE_KAFKA_BOOTSTRAP`` and ``PATH`` with kubectl and helm).
+user sources: ``KUBECONFIG``, ``SLUICE_KAFKA_BOOTSTRAP``, the object store's ``SLUICE_S3_*`` and
+``PATH`` with kubectl and helm).
 """
 
 from __future__ import annotations
@@ -19,8 +20,9 @@ from typing import Any
 from sluice_dev.platform import common
 
 #: Components with processes, in start order (stopped in reverse); ``node`` is the real node
-#: (containerd, kubelet, kube-proxy, volumes, CoreDNS), left out with ``--no-node``.
-SERVICES = ("kafka", "kube", "node")
+#: (containerd, kubelet, kube-proxy, volumes, CoreDNS), left out with ``--no-node``;
+#: ``objectstore`` is s3proxy.
+SERVICES = ("kafka", "objectstore", "kube", "node")
 
 
 def _module(name: str) -> ModuleType:
@@ -90,7 +92,7 @@ def _advertise_address(with_node: bool) -> str | None:
 
 
 #: The ``info`` key under which each component records the address it was started for.
-_ADDRESS_KEYS = {"kube": "advertise_address", "kafka": "pod_address"}
+_ADDRESS_KEYS = {"kube": "advertise_address", "kafka": "pod_address", "objectstore": "pod_address"}
 
 
 def _stop_node(state_dir: Path) -> None:
@@ -141,7 +143,7 @@ def up(state_dir: Path, log: Callable[[str], None] = print, with_node: bool = Tr
         else:
             module.stop(state_dir)
         t1 = time.monotonic()
-        if name == "kafka":
+        if name in ("kafka", "objectstore"):  # listen where pods reach the host
             started = module.start(state_dir, pod_address=advertise)
         elif name == "kube":
             started = module.start(state_dir, advertise_address=advertise)
