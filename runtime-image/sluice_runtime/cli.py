@@ -70,7 +70,7 @@ from sluice.core.replace import (
 )
 
 from sluice_runtime.config import RunConfig, StartFromError, start_from_millis
-from sluice_runtime.kafka_security import KafkaSecurity, KafkaSecurityError
+from sluice_runtime.kafka_security import KafkaSecurity, KafkaSecurityError, with_jvm_options
 from sluice_runtime.kafka_security import from_env as kafka_security_from_env
 
 if TYPE_CHECKING:
@@ -309,6 +309,7 @@ def execute(config: RunConfig) -> int:
     from sluice_runtime.pipeline import build_pipeline
     from sluice_runtime.server import RuntimeState, parse_interval, readiness_bound, serve
     from sluice_runtime.session import create_spark, driver_sizing
+    from sluice_runtime.steps.source import skipping_sources
 
     reports.ENGINE = config.engine  # every record this process writes names the engine it runs on
     try:
@@ -361,9 +362,11 @@ def execute(config: RunConfig) -> int:
         if fallback:
             log.info("Kafka connector: resolving %s with Spark", fallback["spark.jars.packages"])
         conf = {**fallback, **conf}
+    conf = with_jvm_options(conf, config.kafka)  # Kafka's system properties, before the JVM starts
     spark = create_spark(plan, config.master, conf, config.jars, own_session=True, memory=config.memory)
     state.plan_hash = plan.hash or plan.compute_hash()
     state.metrics.plan.labels(state.plan_hash).set(1)
+    state.metrics.watch_skipping(skipping_sources(plan))
     try:
         if config.lease_name:
             return driver.run_elected(config, plan, spark, state, drain_requested, query_id)

@@ -69,13 +69,19 @@ def connect(
     from confluent_kafka.admin import AdminClient
 
     security = security or KafkaSecurity()
+    problem = security.token_problem(time.time())
+    if problem is not None:  # librdkafka would wait 10 s for a token it refuses, and not say why
+        raise KafkaSetupError(f"{describe(bootstrap, security)}: {problem}")
     errors: list[Any] = []
     conf: dict[str, Any] = {
-        **librdkafka_config(bootstrap, security),
+        **librdkafka_config(bootstrap, security, "admin"),
         "error_cb": errors.append,
         "logger": _DebugLog(),
     }
-    admin = AdminClient(conf)
+    try:
+        admin = AdminClient(conf)
+    except KafkaException as exc:  # e.g. no OAUTHBEARER token in time
+        raise KafkaSetupError(f"{describe(bootstrap, security)}: cannot create a client: {exc}") from exc
     refusals = _refusals()
     deadline = time.monotonic() + timeout
     while True:

@@ -19,7 +19,13 @@ from typing import Any
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, disable_created_metrics
 
 from sluice_runtime import malformed
-from sluice_runtime.progress import commit_time, ran_a_batch, state_disk_bytes, watermark_delay
+from sluice_runtime.progress import (
+    commit_time,
+    offsets_without_rows,
+    ran_a_batch,
+    state_disk_bytes,
+    watermark_delay,
+)
 
 #: buckets of the takeover gap (seconds from the old driver's last commit to the new one's first)
 GAP_BUCKETS = (0.5, 1.0, 1.5, 2.0, 3.0, 5.0, 8.0, 13.0, 21.0, 34.0, 60.0)
@@ -82,6 +88,9 @@ class RuntimeMetrics:
     _seen_batches: dict[str, int] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _standby: bool = False  # no query series (a monitor of the ended term may still report once)
+    #: topic -> source name of the plan's sources that skip lost offsets (``onDataLoss: skip``, or
+    #: absent in an older plan): their ``sluice_source_skipped_offsets`` (:meth:`watch_skipping`)
+    _skipping: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         disable_created_metrics()  # no `_created` series beside every counter and histogram child
@@ -134,6 +143,14 @@ class RuntimeMetrics:
             ["query", "source"],
             registry=r,
         )
+        self.skipped_offsets = Counter(
+            "sluice_source_skipped_offsets",
+            "Offsets of a source with onDataLoss skip that its batches read past without a row: records "
+            "gone from the topic (retention, deleted records) and, on a transactional topic, its "
+            "transaction markers.",
+            ["query", "source", "topic"],
+            registry=r,
+        )
         self.ready = Gauge("sluice_ready", "1 when /readyz answers 200.", registry=r)
         self.role = Gauge("sluice_driver_role", "1 for this driver's current role (active, standby).",
                           ["role"], registry=r)
@@ -153,7 +170,8 @@ class RuntimeMetrics:
         """The metrics with a ``query`` label."""
         return [self.input_rows, self.processed_batches, self.input_rate, self.processed_rate,
                 self.batch_duration, self.last_batch, self.last_commit, self.state_rows, self.state_memory,
-                self.state_disk, self.late_rows, self.watermark_delay, self.lag, self.active, self.malformed]
+                self.state_disk, self.late_rows, self.watermark_delay, self.lag, self.active, self.malformed,
+                self.skipped_offsets]
 
     def set_role(self, role: str) -> None:
         """A standby drops every query's series and takes no progress until it is active again:
@@ -167,6 +185,11 @@ class RuntimeMetrics:
                 for metric in self._per_query():
                     metric.clear()
                 self._seen_batches.clear()
+
+    def watch_skipping(self, sources: Mapping[str, str]) -> None:
+        """Count skipped offsets of these sources (topic -> source name) from now on."""
+        with self._lock:
+            self._skipping = dict(sources)
 
     def observe_progress(self, query: str, progress: Mapping[str, Any] | None, active: bool) -> None:
         """Update from one progress report of a query: its rates, lag and watermark delay from any
@@ -209,6 +232,9 @@ class RuntimeMetrics:
             for source, count in malformed.observed_counts(dict(progress)).items():
                 if count:
                     self.malformed.labels(query, source).inc(count)
+            skipped = offsets_without_rows(progress)
+            for topic, name in self._skipping.items():  # from 0 on, so rate() sees the first skip
+                self.skipped_offsets.labels(query, name, topic).inc(skipped.get(topic, 0))
 
     def observe_recent(self, query: str, progresses: Iterable[Mapping[str, Any]], active: bool) -> None:
         """Update from a query's recent progress reports (oldest first); counts each batch once."""

@@ -242,7 +242,7 @@ def start_pipeline(
     bootstrap, security, consumer_group = ctx.bootstrap, ctx.security, ctx.consumer_group
     sink = plan.sink
     gate = gate or BatchGate()
-    kafka_opts = ctx.kafka_options()
+    kafka_opts = ctx.sink_options()
 
     def alo_writer(topic: str) -> Any:
         def write(frame: DataFrame, batch_id: int) -> None:

@@ -106,3 +106,56 @@ class ProgressTail:
         if fresh:
             self.last = str(fresh[-1]["timestamp"])
         return fresh
+
+
+def _partition_offsets(value: Any) -> dict[str, dict[str, int]] | None:
+    """A Kafka source's offsets in a report (JSON text or mapping): topic -> partition -> offset;
+    None when absent (``null`` before the first batch) or unreadable."""
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except ValueError:
+            return None
+    if not isinstance(value, Mapping):
+        return None
+    out: dict[str, dict[str, int]] = {}
+    for topic, parts in value.items():
+        if not isinstance(parts, Mapping):
+            return None
+        out[str(topic)] = {str(p): int(o) for p, o in parts.items() if isinstance(o, (int, float))}
+    return out
+
+
+def offsets_without_rows(progress: Mapping[str, Any]) -> dict[str, int]:
+    """Per topic of a batch's Kafka sources: the offsets of the batch's range that yielded no row,
+    ``sum(endOffset - startOffset) - numInputRows`` over the source's partitions.
+
+    Spark's progress does not show a skip in the offsets themselves: a batch starts at the previous
+    batch's ``endOffset`` even when the records there are gone, and with ``failOnDataLoss=false``
+    its reader jumps to the earliest offset still in the topic, so the rows read fall short of the
+    range (Spark counts the jump only in its scan's SQL metric ``offsetOutOfRange``, which progress
+    reports leave out). On a plain topic the shortfall is exactly the offsets skipped; on a
+    transactional one it also holds the transaction markers (and, read ``read_committed``, the
+    aborted records), which Spark skips as invisible. A source without start offsets (the first
+    batch) or with a partition new in this batch (read from its earliest offset) is left out."""
+    out: dict[str, int] = {}
+    for source in progress.get("sources") or []:
+        start = _partition_offsets(source.get("startOffset"))
+        end = _partition_offsets(source.get("endOffset"))
+        if not start or not end:
+            continue
+        span = 0
+        complete = True
+        for topic, parts in end.items():
+            for partition, until in parts.items():
+                begin = start.get(topic, {}).get(partition)
+                if begin is None:
+                    complete = False
+                    break
+                span += max(0, until - begin)
+        if not complete or len(end) != 1:
+            continue
+        rows = int(source.get("numInputRows") or 0)
+        topic = next(iter(end))
+        out[topic] = out.get(topic, 0) + max(0, span - rows)
+    return out

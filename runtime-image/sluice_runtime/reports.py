@@ -22,11 +22,13 @@ from typing import TYPE_CHECKING, Any
 from sluice.core.driverreport import (
     DRIVER_ERROR,
     HOLDER_PROGRESS,
+    MAX_MESSAGE,
     DriverError,
     Progress,
     error_of,
     locate_step,
 )
+from sluice.core.plan.model import KafkaSourceV1
 
 from sluice_runtime.malformed import observed_counts
 from sluice_runtime.metrics import total_lag
@@ -167,11 +169,55 @@ def exception_text(exc: BaseException) -> str:
     return "\n".join(p for p in parts if p.strip())
 
 
+#: the error class of a query that stopped because a source's records were gone (``onDataLoss: fail``)
+KAFKA_DATA_LOSS = "KafkaDataLoss"
+#: Spark's Kafka connector words every data-loss error with this (failOnDataLoss=true)
+_DATA_LOSS = re.compile(r"Some data may have been lost")
+_LOST_RANGE = re.compile(
+    r"Could not read records in offset \[(\d+), (\d+)\) for topic partition (\S+)-(\d+)\b"
+)
+_LOST_PARTITION = re.compile(r"\b(?:Partition|partitions?) \[?([\w.-]+)-(\d+)\b")
+
+
+def data_loss(plan: Plan, text: str) -> tuple[str, str | None] | None:
+    """(message, source step id) when ``text`` is Spark's data-loss error: a source with
+    ``onDataLoss: fail`` found offsets it had not read gone from its topic. None for any other
+    error. The message names the source, its topic and partition and the lost range where Spark
+    tells them, and ``spec.sources[].onDataLoss``."""
+    if not _DATA_LOSS.search(text):
+        return None
+    sources = [s for s in plan.steps if isinstance(s, KafkaSourceV1)]
+    lost = _LOST_RANGE.search(text)
+    topic, where = None, ""
+    if lost is not None:
+        topic = lost.group(3)
+        where = f"offsets [{lost.group(1)}, {lost.group(2)}) of partition {lost.group(4)} are"
+    else:
+        named = [m for m in _LOST_PARTITION.finditer(text) if any(s.topic == m.group(1) for s in sources)]
+        if named:
+            topic, where = named[0].group(1), f"records of partition {named[0].group(2)} are"
+    matching = [s for s in sources if s.topic == topic] or [s for s in sources if s.on_data_loss == "fail"]
+    step = matching[0] if len(matching) == 1 else None
+    what = (f"source {step.source!r} (topic {step.topic!r})" if step is not None
+            else f"a source (topic {topic!r})" if topic else "a source")
+    message = (f"{what}: {where or 'records it had not read yet are'} no longer in Kafka (aged out by "
+               f"retention, deleted, or the topic was recreated); the query stops because "
+               f"spec.sources[].onDataLoss of the source is 'fail'. Set it to 'skip' to go on from the "
+               f"earliest offset still in the topic (the lost offsets are counted in "
+               f"sluice_source_skipped_offsets_total)")
+    return message[:MAX_MESSAGE], step.id if step is not None else None
+
+
 def driver_error(plan: Plan, plan_hash: str, phase: str, exc: BaseException,
                  time: str | None = None) -> DriverError:
     """The error record of ``exc`` (the class Spark names, else a Java class in it, else the Python
-    exception's), with the plan step it points at where the SQL fragment quoted tells."""
+    exception's), with the plan step it points at where the SQL fragment quoted tells; Spark's
+    data-loss error is :data:`KAFKA_DATA_LOSS`, pointing at the source (:func:`data_loss`)."""
     text = exception_text(exc)
+    lost = data_loss(plan, text)
+    if lost is not None:
+        return DriverError(plan_hash=plan_hash, phase=phase, error_class=KAFKA_DATA_LOSS, message=lost[0],
+                           time=time or now_rfc3339(), step=lost[1])
     error_class, message = error_of(text)
     if error_class == "Error":
         error_class = type(exc).__name__

@@ -104,12 +104,13 @@ class TransactionalSink:
         from confluent_kafka import Producer
 
         conf: dict[str, Any] = {
-            **librdkafka_config(self.bootstrap, self.security),
+            "linger.ms": 20,
+            "compression.type": "lz4",
+            # the cluster's producer settings (librdkafka names) replace the defaults above
+            **librdkafka_config(self.bootstrap, self.security, "producer"),
             "transactional.id": self.transactional_id,
             "transaction.timeout.ms": self.transaction_timeout_ms,
             "enable.idempotence": True,
-            "linger.ms": 20,
-            "compression.type": "lz4",
         }
         self._producer = Producer(conf)
         self._producer.init_transactions(30)

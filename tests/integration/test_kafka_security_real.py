@@ -9,6 +9,12 @@ broker; no SASL listener is started).
   ``KafkaException`` after a long timeout.
 * Kafka's Java client (Spark's side) accepts the ``kafka.`` options of a mutual-TLS + SCRAM
   description: PEM trust/key stores and the JAAS line (created only, no broker needed).
+* SASL/OAUTHBEARER against a broker of this module with an OAUTHBEARER listener
+  (``tests.support.oauthkafka``: RS256 tokens checked against a JWKS file): confluent-kafka through
+  the runtime's ``oauth_cb`` (producer, consumer, the exactly-once sink's transactional producer, the
+  admin client), the operator's ``admin_config`` creating a topic, and Spark's Kafka source and sink
+  through the runtime's Java properties (a ``file:`` token endpoint), with the cluster's client
+  settings; a token of a foreign key and an expired token are refused.
 """
 
 from __future__ import annotations
@@ -18,10 +24,13 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from tests.support import oauthkafka
 from tests.support.runtime import plan_from_yaml, unique
 
 pytestmark = pytest.mark.integration
@@ -146,3 +155,163 @@ def test_java_client_accepts_the_spark_options(spark_jars: list[Path], tmp_path:
     (entry,) = jaas.getAppConfigurationEntry("KafkaClient")
     assert entry.getLoginModuleName() == "org.apache.kafka.common.security.scram.ScramLoginModule"
     assert dict(entry.getOptions()) == {"username": 'app"1', "password": 'p\\"w'}
+
+
+# -- SASL/OAUTHBEARER ------------------------------------------------------------------------------
+CLIENT_SETTINGS = {"consumer": {"fetch.max.wait.ms": "100", "client.rack": "rack-a",
+                                "max.poll.records": "50"},
+                   "producer": {"linger.ms": "5", "compression.type": "zstd", "delivery.timeout.ms": "60000"},
+                   "admin": {"request.timeout.ms": "20000", "retry.backoff.ms": "50"}}
+
+
+@pytest.fixture(scope="module")
+def oauth_kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[oauthkafka.OAuthBroker]:
+    from sluice_dev.platform import common
+
+    try:
+        broker = oauthkafka.start(tmp_path_factory.mktemp("oauth-kafka") / "kafka")
+    except common.PlatformError as exc:
+        pytest.fail(str(exc), pytrace=False)
+    try:
+        yield broker
+    finally:
+        broker.stop()
+
+
+def oauth_env(token: str, settings: dict[str, Any] | None = None) -> dict[str, str]:
+    env = {"SLUICE_KAFKA_SASL_MECHANISM": "OAUTHBEARER", "SLUICE_KAFKA_SASL_OAUTH_TOKEN": token}
+    if settings:
+        env["SLUICE_KAFKA_CLIENT_SETTINGS"] = json.dumps(settings)
+    return env
+
+
+def consume(conf: dict[str, Any], topic: str, count: int, group: str | None = None) -> list[bytes]:
+    from confluent_kafka import Consumer
+
+    consumer = Consumer({**conf, "group.id": group or unique("g"), "auto.offset.reset": "earliest",
+                         "isolation.level": "read_committed"})
+    consumer.subscribe([topic])
+    got: list[bytes] = []
+    deadline = time.monotonic() + 60
+    try:
+        while len(got) < count and time.monotonic() < deadline:
+            msg = consumer.poll(1.0)
+            if msg is not None and msg.error() is None:
+                got.append(msg.value())
+    finally:
+        consumer.close()
+    return got
+
+
+def test_oauthbearer_confluent_kafka_clients_of_the_runtime(oauth_kafka: oauthkafka.OAuthBroker,
+                                                            tmp_path: Path) -> None:
+    from confluent_kafka import Producer
+    from sluice_runtime import kafka_admin
+    from sluice_runtime.kafka_security import from_env, librdkafka_config
+    from sluice_runtime.sink_exactly_once import TransactionalSink
+
+    bootstrap = oauth_kafka.oauth
+    security = from_env(oauth_env(oauth_kafka.issuer.token("runtime"), CLIENT_SETTINGS))
+    topic, eos_topic = unique("oauth"), unique("oauth-eos")
+    kafka_admin.ensure_topics(bootstrap, [topic, eos_topic], security=security)  # the admin client
+    producer = Producer(librdkafka_config(bootstrap, security, "producer"))
+    for i in range(3):
+        producer.produce(topic, value=f"v{i}".encode())
+    assert producer.flush(30) == 0
+    assert sorted(consume(librdkafka_config(bootstrap, security), topic, 3)) == [b"v0", b"v1", b"v2"]
+    # the exactly-once sink: transactional producer and marker consumer over OAUTHBEARER
+    (tmp_path / "metadata").write_text(json.dumps({"id": "ck-1"}) + "\n")
+    group = unique("shop.ns.q.v1")
+    sink = TransactionalSink(bootstrap=bootstrap, topic=eos_topic, query_id="q", checkpoint=str(tmp_path),
+                             security=security, transactional_id=f"{group}.tx", consumer_group=group)
+    try:
+        assert sink.write_rows([(b"k", b"exactly-once")], 0)
+    finally:
+        sink.close()
+    assert consume(librdkafka_config(bootstrap, security), eos_topic, 1) == [b"exactly-once"]
+
+
+def test_oauthbearer_operator_admin_creates_a_topic(oauth_kafka: oauthkafka.OAuthBroker,
+                                                    tmp_path: Path) -> None:
+    from sluice.core.spec import Sink
+    from sluice.crd.querycluster import KafkaSettings
+    from sluice.operator.kafka_admin import TopicAdmin, admin_config, sink_topic_settings
+
+    secret = KafkaSettings.model_validate({
+        "bootstrapServers": oauth_kafka.oauth, "clientSettings": {"admin": CLIENT_SETTINGS["admin"]},
+        "sasl": {"mechanism": "OAUTHBEARER", "tokenSecret": {"name": "kafka-token", "key": "jwt"}}})
+    admin = TopicAdmin(admin_config(secret, {"token": oauth_kafka.issuer.token("operator")}), timeout=20)
+    topic = unique("op-oauth")
+    settings = sink_topic_settings(Sink(topic=topic, partitions=2), secret)
+    assert admin.ensure_topic(topic, settings).created
+    assert topic in admin.topics()
+    token = tmp_path / "token"
+    token.write_text(oauth_kafka.issuer.token("operator-file"))
+    file = KafkaSettings.model_validate({"bootstrapServers": oauth_kafka.oauth, "sasl": {
+        "mechanism": "OAUTHBEARER", "tokenFile": str(token)}})
+    assert not TopicAdmin(admin_config(file), timeout=20).ensure_topic(topic, settings).created  # it exists
+
+
+def test_oauthbearer_spark_source_and_sink(oauth_kafka: oauthkafka.OAuthBroker,
+                                           spark_jars: list[Path]) -> None:
+    """Spark's Kafka sink writes and its source reads over OAUTHBEARER with the runtime's ``kafka.``
+    options (the token file of a Secret's token, the consumer's and producer's client settings); the
+    JVM allows exactly the URL :meth:`KafkaSecurity.jvm_options` names (Kafka 4.0+ needs it)."""
+    from sluice_runtime import kafka_admin
+    from sluice_runtime.kafka_security import OAUTH_ALLOWED_URLS, from_env, spark_kafka_options
+
+    from tests.support.runtime import shared_spark
+
+    bootstrap = oauth_kafka.oauth
+    security = from_env(oauth_env(oauth_kafka.issuer.token("spark"), CLIENT_SETTINGS))
+    topic = unique("oauth-spark")
+    kafka_admin.ensure_topics(bootstrap, [topic], security=security)
+    spark = shared_spark(spark_jars)
+    (flag,) = security.jvm_options()
+    name, _, url = flag.removeprefix("-D").partition("=")
+    assert name == OAUTH_ALLOWED_URLS and url == security.token_url
+    system = spark._jvm.java.lang.System
+    previous = system.getProperty(name)
+    system.setProperty(name, url)
+    try:
+        sink = spark_kafka_options(bootstrap, security, "producer")
+        assert sink["kafka.linger.ms"] == "5" and sink["kafka.sasl.mechanism"] == "OAUTHBEARER"
+        frame = spark.createDataFrame([("k", f"s{i}") for i in range(4)], "key string, value string")
+        frame.write.format("kafka").options(**sink).option("topic", topic).save()
+        source = spark_kafka_options(bootstrap, security, "consumer")
+        read = (spark.read.format("kafka").options(**source).option("subscribe", topic)
+                .option("startingOffsets", "earliest").load())
+        assert sorted(bytes(r.value).decode() for r in read.collect()) == ["s0", "s1", "s2", "s3"]
+    finally:
+        if previous is None:
+            system.clearProperty(name)
+        else:
+            system.setProperty(name, previous)
+
+
+def test_oauthbearer_refuses_foreign_and_expired_tokens(oauth_kafka: oauthkafka.OAuthBroker,
+                                                        spark_jars: list[Path], tmp_path: Path) -> None:
+    from sluice_runtime import kafka_admin
+    from sluice_runtime.kafka_security import KafkaSecurity, from_env, spark_kafka_options
+
+    from tests.support.runtime import shared_spark
+
+    bootstrap = oauth_kafka.oauth
+    foreign = from_env(oauth_env(oauthkafka.Issuer.new().token("intruder")))
+    started = time.monotonic()
+    with pytest.raises(kafka_admin.KafkaSetupError) as err:  # the broker refuses the signature
+        kafka_admin.connect(bootstrap, foreign, timeout=30)
+    assert time.monotonic() - started < 20, "waited for the timeout instead of failing on the refusal"
+    assert "refused the connection" in str(err.value) and "invalid_token" in str(err.value)
+    # an expired token: librdkafka will not send it, so the runtime says why before trying
+    expired = tmp_path / "expired"
+    expired.write_text(oauth_kafka.issuer.token("late", ttl=-120))
+    late = KafkaSecurity(sasl_mechanism="OAUTHBEARER", oauth_token_file=str(expired))
+    with pytest.raises(kafka_admin.KafkaSetupError, match=r"OAUTHBEARER token in .* expired at"):
+        kafka_admin.connect(bootstrap, late, timeout=30)
+    # Kafka's Java client sends it, and the broker refuses it
+    spark = shared_spark(spark_jars)
+    read = (spark.read.format("kafka").options(**spark_kafka_options(bootstrap, late, "consumer"))
+            .option("subscribe", unique("never")).option("kafkaConsumer.pollTimeoutMs", "5000").load())
+    with pytest.raises(Exception, match="invalid_token"):
+        read.count()

@@ -330,7 +330,9 @@ def review_cluster(operation: str, new: Mapping[str, Any], old: Mapping[str, Any
 
 #: the QueryCluster fields that reach its queries' pods or plans (``sluice.crd.engine.Engine``)
 ENGINE_FIELDS = ("image", "imagePullPolicy", "sparkVersion", "sparkConf", "driver", "executor", "executors",
-                 "drainSeconds", "kafka.bootstrapServers", "kafka.tls", "kafka.sasl", "podTemplate")
+                 "drainSeconds", "kafka.bootstrapServers", "kafka.tls", "kafka.sasl", "kafka.clientSettings",
+                 "podTemplate",
+                 "lease.durationSeconds")
 
 
 def engine_fields_changed(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]:

@@ -67,6 +67,14 @@ class Source(SpecModel):
         default=None, ge=1, description="Rate limit: at most this many records per micro-batch."
     )
     malformed: MalformedPolicy = Field(default_factory=MalformedPolicy)
+    on_data_loss: Literal["fail", "skip"] = Field(
+        default="fail",
+        description="When records the query has not read yet are gone from the topic (aged out by "
+        "retention, deleted records, a recreated topic): fail stops the query with a KafkaDataLoss "
+        "error (default, as Spark does); skip goes on from the earliest offset still in the topic and "
+        "counts what it skipped (sluice_source_skipped_offsets_total). Offsets left free by "
+        "transaction markers and aborted transactions are not data loss under either.",
+    )
 
 
 class Sink(SpecModel):
@@ -83,7 +91,16 @@ class Sink(SpecModel):
     )
     partitions: int | None = Field(default=None, ge=1, description="Partitions when the topic is created.")
     replication_factor: int | None = Field(
-        default=None, ge=1, description="Replication factor when the topic is created."
+        default=None, ge=1,
+        description="Replication factor when the operator creates the topic; absent: the QueryCluster's "
+        "kafka.defaultReplicationFactor, else the broker's default (default.replication.factor).",
+    )
+    cleanup_policy: Literal["delete", "compact"] | None = Field(
+        default=None,
+        description="cleanup.policy of the topic when the operator creates it: compact keeps the newest "
+        "record of each key (a table of the query's results), only for outputMode update with a key; "
+        "absent: the broker's default (log.cleanup.policy, delete unless changed). An existing topic is "
+        "never altered.",
     )
 
 

@@ -11,7 +11,7 @@ from pydantic import Field
 from sluice.core.classify.runtime import flatten
 from sluice.core.engine import EngineFacts
 from sluice.crd.base import Resources, StatusModel
-from sluice.crd.kafka import KafkaSasl, KafkaTls
+from sluice.crd.kafka import KafkaClientSettings, KafkaSasl, KafkaTls
 from sluice.crd.podtemplate import PodTemplates
 
 ImagePullPolicy = Literal["Always", "IfNotPresent", "Never"]
@@ -39,9 +39,14 @@ class Engine(StatusModel):
     kafka_bootstrap_servers: str = Field(description="Kafka bootstrap servers.")
     kafka_tls: KafkaTls | None = Field(default=None, description="Kafka TLS (Secret references).")
     kafka_sasl: KafkaSasl | None = Field(default=None, description="Kafka SASL (Secret references).")
+    kafka_client_settings: KafkaClientSettings | None = Field(
+        default=None, description="Allow-listed Kafka client properties (absent: none; empty ones are none "
+        "too, so that they change no digest).")
     pod_template: PodTemplates | None = Field(
         default=None, description="The QueryCluster's pod templates of the driver and executor pods (absent: "
         "none; an empty one is none too, so that it changes no digest).")
+    lease_seconds: int | None = Field(
+        default=None, description="leaseDurationSeconds of the driver Lease (absent: the default, 10).")
     template: int = Field(default=0, description="The version of the operator's pod template it was deployed "
                           "with.")
 

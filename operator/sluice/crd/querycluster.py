@@ -24,8 +24,8 @@ from sluice.crd.kafka import KafkaSasl, KafkaSettings, KafkaTls
 from sluice.crd.podtemplate import PodTemplates
 from sluice.crd.streamingquery import Condition
 
-__all__ = ["ClusterUpgradePolicy", "Engine", "KafkaSasl", "KafkaSettings", "KafkaTls", "PodTemplates",
-           "QueryCluster", "QueryClusterSpec", "QueryClusterStatus", "Storage"]
+__all__ = ["ClusterUpgradePolicy", "Engine", "KafkaSasl", "KafkaSettings", "KafkaTls", "LeaseSettings",
+           "PodTemplates", "QueryCluster", "QueryClusterSpec", "QueryClusterStatus", "Storage"]
 
 SERVICE_ID_PATTERN = r"^[a-z0-9]([a-z0-9-]*[a-z0-9])?$"
 
@@ -37,6 +37,21 @@ class Storage(CrdModel):
     size: str = Field(default="1Gi", pattern=QUANTITY_PATTERN, description="Size of each state volume.")
     access_mode: Literal["ReadWriteOnce", "ReadWriteOncePod", "ReadWriteMany"] = Field(
         default="ReadWriteOnce", description="Access mode of state volumes."
+    )
+
+
+class LeaseSettings(CrdModel):
+    """The driver Lease of each query (standby drivers compete for it; its holder runs the query)."""
+
+    duration_seconds: int | None = Field(
+        default=None, ge=5, le=300,
+        description="leaseDurationSeconds of each query's driver Lease (absent: 10). A standby takes "
+        "over a holder that stopped renewing this long after it last saw a renewal; a holder whose "
+        "process is gone is taken over at once, whatever the duration. The holder renews every fifth "
+        "of it and, with an at-least-once output, stops writing 1.5 s before it could be seen as "
+        "expired. With an exactly-once output the holder writes on through an API server outage "
+        "(Kafka's transactional fence guards its output), so a longer duration only delays a takeover "
+        "from a node or a process that is cut off.",
     )
 
 
@@ -113,6 +128,7 @@ class QueryClusterSpec(CrdModel):
         default=120, ge=10, le=3600,
         description="Time a driver gets to finish its micro-batch and commit when stopped.",
     )
+    lease: LeaseSettings = Field(default_factory=LeaseSettings, description="The queries' driver Lease.")
     pod_template: PodTemplates | None = Field(
         default=None, description="Pod templates of the queries' driver and executor pods: labels, "
         "annotations, nodeSelector, tolerations, affinity, topologySpreadConstraints, priorityClassName, "
@@ -143,8 +159,9 @@ class QueryClusterSpec(CrdModel):
             spark_version=self.spark_version or SPARK_VERSION, spark_conf=dict(self.spark_conf),
             driver=self.driver, executor=self.executor, executors=self.executors,
             drain_seconds=self.drain_seconds, kafka_bootstrap_servers=self.kafka.bootstrap_servers,
-            kafka_tls=self.kafka.tls, kafka_sasl=self.kafka.sasl, template=WORKLOAD_TEMPLATE,
-            pod_template=self._pod_template(),
+            kafka_tls=self.kafka.tls, kafka_sasl=self.kafka.sasl,
+            kafka_client_settings=self.kafka.pinned_client_settings(), template=WORKLOAD_TEMPLATE,
+            pod_template=self._pod_template(), lease_seconds=self.lease.duration_seconds,
         )
 
     def _pod_template(self) -> PodTemplates | None:
@@ -158,12 +175,14 @@ class QueryClusterSpec(CrdModel):
     def with_engine(self, engine: Engine) -> QueryClusterSpec:
         """This cluster as ``engine`` sees it: what reaches the pods and plans from the engine."""
         kafka = self.kafka.model_copy(update={"bootstrap_servers": engine.kafka_bootstrap_servers,
-                                              "tls": engine.kafka_tls, "sasl": engine.kafka_sasl})
+                                              "tls": engine.kafka_tls, "sasl": engine.kafka_sasl,
+                                              "client_settings": engine.kafka_client_settings})
         return self.model_copy(update={
             "image": engine.image, "image_pull_policy": engine.image_pull_policy,
             "spark_version": engine.spark_version, "spark_conf": dict(engine.spark_conf),
             "driver": engine.driver, "executor": engine.executor, "executors": engine.executors,
             "drain_seconds": engine.drain_seconds, "kafka": kafka, "pod_template": engine.pod_template,
+            "lease": LeaseSettings(duration_seconds=engine.lease_seconds),
         })
 
 

@@ -51,12 +51,11 @@ def _lease(run: QueryRun, name: str) -> LeaseRecord | None:
 
 def _ensure_topic(run: QueryRun, ctx: QueryContext, topic: str) -> None:
     """The new version's topic, created like the query's sink topic."""
-    spec = ctx.spec.sink
-    partitions, replication = sink_topic_settings(spec.partitions, spec.replication_factor, ctx.cluster.kafka)
-    result = run.env.topic_admin(run.ns, ctx.cluster).ensure_topic(topic, partitions, replication)
+    settings = sink_topic_settings(ctx.spec.sink, ctx.cluster.kafka)
+    result = run.env.topic_admin(run.ns, ctx.cluster).ensure_topic(topic, settings)
     if result.created:
         run.event("Normal", EventReason.TOPIC_CREATED, f"created topic {topic!r} for the backfill "
-                  f"({partitions} partitions, replication {replication})")
+                  f"({settings.describe()})")
 
 
 @dataclasses.dataclass(frozen=True)

@@ -102,7 +102,8 @@ def read_kafka_secrets(kube: Kube, namespace: str, cluster: QueryClusterSpec) ->
         refs.update(ca=cluster.kafka.tls.ca_secret, cert=cluster.kafka.tls.cert_secret,
                     key=cluster.kafka.tls.key_secret)
     if cluster.kafka.sasl is not None:
-        refs.update(username=cluster.kafka.sasl.username_secret, password=cluster.kafka.sasl.password_secret)
+        refs.update(username=cluster.kafka.sasl.username_secret, password=cluster.kafka.sasl.password_secret,
+                    token=cluster.kafka.sasl.token_secret)
     out: dict[str, str] = {}
     for key, ref in refs.items():
         if ref is None:

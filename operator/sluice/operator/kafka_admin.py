@@ -6,9 +6,11 @@ Every call is bounded by a timeout; callers turn failures into conditions and re
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
+from sluice.core import kafkaclient
+from sluice.core.spec import Sink
 from sluice.crd.querycluster import KafkaSettings
 
 DEFAULT_TIMEOUT = 10.0
@@ -25,13 +27,17 @@ class TopicResult:
 
 
 def admin_config(kafka: KafkaSettings, secrets: dict[str, str] | None = None) -> dict[str, Any]:
-    """librdkafka settings; TLS/SASL values come from Secrets the caller resolved into ``secrets``."""
+    """librdkafka settings; TLS/SASL values come from Secrets the caller resolved into ``secrets``
+    (``ca``, ``cert``, ``key``, ``username``, ``password``, ``token``). The cluster's admin client
+    settings (``spec.kafka.clientSettings.admin``, librdkafka names) replace the operator's defaults
+    (timeouts, back-off); the address and the security settings are the operator's."""
     conf: dict[str, Any] = {
         "bootstrap.servers": kafka.bootstrap_servers,
         "socket.timeout.ms": int(DEFAULT_TIMEOUT * 1000),
         "reconnect.backoff.max.ms": 2000,
         "logger": logging.getLogger("sluice.kafka"),  # librdkafka logs through Python logging
     }
+    conf.update(kafka.client().librdkafka("admin"))
     secrets = secrets or {}
     protocol = None
     if kafka.tls is not None:
@@ -42,11 +48,37 @@ def admin_config(kafka: KafkaSettings, secrets: dict[str, str] | None = None) ->
     if kafka.sasl is not None:
         protocol = "SASL_SSL" if protocol else "SASL_PLAINTEXT"
         conf["sasl.mechanism"] = kafka.sasl.mechanism
-        conf["sasl.username"] = secrets.get("username", "")
-        conf["sasl.password"] = secrets.get("password", "")
+        if kafka.sasl.mechanism == "OAUTHBEARER":
+            conf["oauth_cb"] = OAuthToken(secrets.get("token"), kafka.sasl.token_file)
+        else:
+            conf["sasl.username"] = secrets.get("username", "")
+            conf["sasl.password"] = secrets.get("password", "")
     if protocol:
         conf["security.protocol"] = protocol
     return conf
+
+
+@dataclass(frozen=True)
+class OAuthToken:
+    """confluent-kafka's ``oauth_cb`` of SASL/OAUTHBEARER: the token of a Secret (``token``), or read from
+    ``path`` at every refresh (the same path as in the drivers' pods, read in the operator's pod: e.g.
+    its own service-account token). Returns (token, expiry in seconds since the epoch, principal)."""
+
+    token: str | None = field(default=None, repr=False)
+    path: str | None = None
+
+    def __call__(self, config: str) -> tuple[str, float, str]:
+        del config  # sasl.oauthbearer.config: unused
+        if self.token is not None:
+            text = self.token
+        elif self.path is not None:
+            with open(self.path, encoding="utf-8") as handle:
+                text = handle.read()
+        else:
+            raise ValueError("no OAUTHBEARER token: neither tokenSecret nor tokenFile")
+        text = text.strip()
+        claims = kafkaclient.token_claims(text)
+        return text, claims.expires, claims.subject
 
 
 class TopicAdmin:
@@ -63,16 +95,18 @@ class TopicAdmin:
             raise KafkaUnavailable(f"cannot list topics: {exc}") from exc
         return set(meta.topics)
 
-    def ensure_topic(self, topic: str, partitions: int, replication: int) -> TopicResult:
+    def ensure_topic(self, topic: str, settings: SinkTopic) -> TopicResult:
+        """Create ``topic`` with ``settings`` unless it exists (an existing topic is never altered)."""
         from confluent_kafka import KafkaError
         from confluent_kafka.admin import NewTopic
 
         if topic in self.topics():
             return TopicResult(topic, created=False)
-        futures = self.client.create_topics(
-            [NewTopic(topic, num_partitions=partitions, replication_factor=replication)],
-            request_timeout=self.timeout, operation_timeout=self.timeout,
-        )
+        new = NewTopic(topic, num_partitions=settings.partitions,
+                       replication_factor=settings.replication if settings.replication is not None else -1,
+                       config=dict(settings.config))
+        futures = self.client.create_topics([new], request_timeout=self.timeout,
+                                            operation_timeout=self.timeout)
         try:
             futures[topic].result(timeout=self.timeout + 5)
         except Exception as exc:
@@ -127,10 +161,29 @@ class TopicAdmin:
         return sorted(deleted)
 
 
-def sink_topic_settings(spec_partitions: int | None, spec_replication: int | None,
-                        kafka: KafkaSettings) -> tuple[int, int]:
-    """Partitions and replication of a new sink topic: the spec's, else the cluster's defaults."""
-    return (
-        spec_partitions or kafka.default_partitions,
-        spec_replication or kafka.default_replication_factor,
+@dataclass(frozen=True)
+class SinkTopic:
+    """How the operator creates a sink topic that does not exist yet."""
+
+    partitions: int
+    #: None: the broker's default.replication.factor (``replication_factor=-1``, Kafka 2.4+)
+    replication: int | None
+    #: topic configs set at creation (``cleanup.policy``); absent keys take the broker's defaults
+    config: dict[str, str]
+
+    def describe(self) -> str:
+        """``6 partitions, replication 3, cleanup.policy=compact`` (for events)."""
+        replication = self.replication if self.replication is not None else "the broker's default"
+        extra = "".join(f", {key}={value}" for key, value in sorted(self.config.items()))
+        return f"{self.partitions} partitions, replication {replication}{extra}"
+
+
+def sink_topic_settings(sink: Sink, kafka: KafkaSettings) -> SinkTopic:
+    """A new sink topic: partitions and replication the spec's, else the cluster's defaults (no
+    replication anywhere: the broker's default); the spec's cleanup policy as its ``cleanup.policy``."""
+    config: dict[str, str] = {"cleanup.policy": sink.cleanup_policy} if sink.cleanup_policy else {}
+    return SinkTopic(
+        partitions=sink.partitions or kafka.default_partitions,
+        replication=sink.replication_factor or kafka.default_replication_factor,
+        config=config,
     )

@@ -164,10 +164,8 @@ def _ensure_sink_topic(run: QueryRun, seen: Observed, retry: int) -> None:
     spec, cluster = seen.spec, seen.cluster
     try:
         admin = run.env.topic_admin(run.ns, cluster)
-        partitions, replication = sink_topic_settings(spec.sink.partitions, spec.sink.replication_factor,
-                                                      cluster.kafka)
-        result = admin.ensure_topic(seen.ctx.output_topic or seen.desired.plan.sink.topic, partitions,
-                                    replication)
+        settings = sink_topic_settings(spec.sink, cluster.kafka)
+        result = admin.ensure_topic(seen.ctx.output_topic or seen.desired.plan.sink.topic, settings)
     except KafkaUnavailable as exc:
         message = f"Kafka at {cluster.kafka.bootstrap_servers} is unreachable: {exc}"
         _problem(run, spec, Reason.KAFKA_UNREACHABLE, message, {"cluster": seen.cluster_name},
@@ -175,7 +173,7 @@ def _ensure_sink_topic(run: QueryRun, seen: Observed, retry: int) -> None:
         raise Retry(message, backoff(retry)) from exc
     if result.created:
         run.event("Normal", EventReason.TOPIC_CREATED,
-                  f"created topic {result.topic!r} ({partitions} partitions, replication {replication})")
+                  f"created topic {result.topic!r} ({settings.describe()})")
 
 
 def _standing_problem(run: QueryRun, seen: Observed, ready: bool) -> StatusProblem | None:

@@ -48,16 +48,21 @@ class BuildContext:
     start_from: str | None = None
 
     def kafka_options(self) -> dict[str, str]:
-        """Kafka client options for Spark's connector (``kafka.``-prefixed), source and sink."""
+        """Kafka client options for Spark's connector (``kafka.``-prefixed): address and security."""
         return spark_kafka_options(self.bootstrap, self.security)
 
+    def sink_options(self) -> dict[str, str]:
+        """Options of Spark's Kafka sink: :meth:`kafka_options` plus the producer's client settings."""
+        return spark_kafka_options(self.bootstrap, self.security, "producer")
+
     def source_options(self) -> dict[str, str]:
-        """:meth:`kafka_options` plus the source's consumer group prefix (when the query has one).
+        """Options of Spark's Kafka source: :meth:`kafka_options`, the consumer's client settings and
+        the source's consumer group prefix (when the query has one).
 
         ``groupIdPrefix``, not ``kafka.group.id``: Spark appends a unique suffix per query, so the
         dead-letter query reading the same topic never shares a consumer with the main one.
         """
-        opts = self.kafka_options()
+        opts = spark_kafka_options(self.bootstrap, self.security, "consumer")
         if self.consumer_group:
             opts["groupIdPrefix"] = self.consumer_group
         return opts

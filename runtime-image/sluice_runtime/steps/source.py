@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from sluice.core.plan.model import KafkaSourceV1
+from sluice.core.plan.model import KafkaSourceV1, Plan
 from sluice.core.versions import default_dead_letter_topic
 
 from sluice_runtime import malformed
@@ -34,10 +34,23 @@ def starting_options(step: KafkaSourceV1, ctx: BuildContext) -> dict[str, str]:
     return {"startingOffsets": step.starting_offsets}
 
 
+def fail_on_data_loss(step: KafkaSourceV1) -> str:
+    """Spark's ``failOnDataLoss`` of a source: ``true`` for ``onDataLoss: fail``; ``false`` for
+    ``skip`` and for a plan compiled before the field existed (which always ran with ``false``)."""
+    return "true" if step.on_data_loss == "fail" else "false"
+
+
+def skipping_sources(plan: Plan) -> dict[str, str]:
+    """Topic -> source name of the plan's sources that go on past lost offsets (``skip``, or a plan
+    compiled before ``onDataLoss`` existed): those whose skipped offsets the driver counts."""
+    return {s.topic: s.source for s in plan.steps
+            if isinstance(s, KafkaSourceV1) and fail_on_data_loss(s) == "false"}
+
+
 def read_kafka(step: KafkaSourceV1, ctx: BuildContext) -> DataFrame:
     reader = ctx.spark.readStream.format("kafka").options(**ctx.source_options())
     reader = reader.option("subscribe", step.topic).options(**starting_options(step, ctx))
-    reader = reader.option("failOnDataLoss", "false")
+    reader = reader.option("failOnDataLoss", fail_on_data_loss(step))
     if step.max_offsets_per_trigger is not None:
         reader = reader.option("maxOffsetsPerTrigger", str(step.max_offsets_per_trigger))
     return reader.load()

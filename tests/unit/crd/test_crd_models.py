@@ -131,7 +131,8 @@ def test_the_webhook_knows_every_engine_field_of_a_querycluster() -> None:
     from sluice.crd.engine import Engine
 
     kafka = {"kafka_bootstrap_servers": "kafka.bootstrapServers", "kafka_tls": "kafka.tls",
-             "kafka_sasl": "kafka.sasl"}
+             "kafka_sasl": "kafka.sasl", "kafka_client_settings": "kafka.clientSettings",
+             "lease_seconds": "lease.durationSeconds"}
     snapshot = {kafka.get(name, Engine.model_fields[name].alias or name) for name in Engine.model_fields
                 if name != "template"}  # the operator's pod template version: no QueryCluster field
     assert snapshot == set(ENGINE_FIELDS)

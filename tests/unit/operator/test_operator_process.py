@@ -78,5 +78,9 @@ def test_kafka_admin_config_from_secrets() -> None:
     conf = admin_config(secured, {"ca": "PEM", "username": "alice", "password": "pw"})
     assert conf["security.protocol"] == "SASL_SSL"
     assert conf["ssl.ca.pem"] == "PEM" and conf["sasl.username"] == "alice" and conf["sasl.password"] == "pw"
-    assert sink_topic_settings(None, None, secured) == (6, 3)
-    assert sink_topic_settings(12, 2, secured) == (12, 2)
+    from sluice.core.spec import Sink
+
+    defaults = sink_topic_settings(Sink(topic="t"), secured)
+    assert (defaults.partitions, defaults.replication, defaults.config) == (6, 3, {})
+    own = sink_topic_settings(Sink(topic="t", partitions=12, replication_factor=2), secured)
+    assert (own.partitions, own.replication) == (12, 2)

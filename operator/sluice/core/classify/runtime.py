@@ -4,9 +4,9 @@ The plan holds everything that decides the results, including the trigger interv
 limit (``maxOffsetsPerTrigger``), which the plan comparison reports as ``transparent``. A few fields
 of a StreamingQuery spec never reach the plan but still change the running query: pod resources
 (``spec.resources``: driver, executor, executor count), the pods' templates (``spec.podTemplate``:
-placement and metadata), the driver restart nonce, and the sink
-topic's partitions and replication factor (used when the topic is created). Changing them restarts
-the driver on the same checkpoint with the same plan: same results, ``transparent`` -> ``in-place``.
+placement and metadata), the driver restart nonce, and the sink topic's partitions, replication
+factor and cleanup policy (used when the topic is created). Changing them restarts the driver on
+the same checkpoint with the same plan: same results, ``transparent`` -> ``in-place``.
 
 Fields that change neither the plan nor the running query are not compared: the upgrade policy
 (``spec.upgrade``), ``deletionPolicy`` and ``suspend`` (a lifecycle switch, not an upgrade).
@@ -30,6 +30,7 @@ RUNTIME_FIELDS: dict[str, str] = {
     "podTemplate": "placement and metadata of the query's pods (pod templates)",
     "sink.partitions": "partitions of the sink topic when it is created",
     "sink.replicationFactor": "replication factor of the sink topic when it is created",
+    "sink.cleanupPolicy": "cleanup.policy of the sink topic when it is created",
 }
 
 _SNAKE = {"restart_nonce": "restartNonce", "replication_factor": "replicationFactor"}

@@ -158,6 +158,16 @@ _STARTING_OFFSETS = _Meaning(
 )
 _RATE_LIMIT = _Meaning("transparent", f". {TRANSPARENT}")
 _MALFORMED = _Meaning("data-selection", f". {IN_PLACE_ROWS}")
+_DATA_LOSS = _Meaning(
+    "transparent",
+    f"; it only decides whether the query stops or goes on when offsets it has not read are gone from "
+    f"the topic. {TRANSPARENT}",
+)
+
+
+def _data_loss(step: Any) -> str:
+    """A source's effective onDataLoss: a plan compiled before the field existed skips (as it ran)."""
+    return str(step.on_data_loss or "skip")
 
 
 def _source(ctx: Ctx, old: Any, new: Any) -> set[str]:
@@ -169,7 +179,9 @@ def _source(ctx: Ctx, old: Any, new: Any) -> set[str]:
              "rate limit maxOffsetsPerTrigger", _RATE_LIMIT)
     _compare(ctx, new.id, "malformed", old.malformed.model_dump(mode="json"),
              new.malformed.model_dump(mode="json"), "malformed-record handling", _MALFORMED)
-    return {"topic", "columns", "starting_offsets", "max_offsets_per_trigger", "malformed", "source"}
+    _compare(ctx, new.id, "onDataLoss", _data_loss(old), _data_loss(new), "onDataLoss", _DATA_LOSS)
+    return {"topic", "columns", "starting_offsets", "max_offsets_per_trigger", "malformed", "source",
+            "on_data_loss"}
 
 
 #: Stateful steps whose state (and its watermark eviction) is the same in update and append mode.

@@ -145,6 +145,25 @@ def _trigger_problems(spec: QuerySpec) -> list[Problem]:
     return []
 
 
+def _sink_problems(spec: QuerySpec) -> list[Problem]:
+    """A compacted sink topic keeps the newest record per key: only an update-mode output with a key
+    has one record per key that a newer one replaces."""
+    sink, field = spec.sink, "spec.sink.cleanupPolicy"
+    if sink.cleanup_policy != "compact":
+        return []
+    problems = []
+    if sink.output_mode != "update":
+        problems.append(Problem(
+            f"cleanupPolicy compact needs outputMode update (got {sink.output_mode}): compaction keeps "
+            "only the newest record of each key, which is the result only when each record updates its "
+            "key's row", field=field))
+    if not sink.key:
+        problems.append(Problem(
+            "cleanupPolicy compact needs a key (spec.sink.key): Kafka refuses records without a key on a "
+            "compacted topic", field=field))
+    return problems
+
+
 def spec_problems(spec: QuerySpec) -> tuple[list[Problem], dict[str, str]]:
     """Problems in the sources part of the spec (names, types, event time); watermark delays."""
     problems: list[Problem] = []
@@ -166,6 +185,7 @@ def spec_problems(spec: QuerySpec) -> tuple[list[Problem], dict[str, str]]:
         if checked.delay is not None:
             delays[source.name] = checked.delay
     problems += _trigger_problems(spec)
+    problems += _sink_problems(spec)
     return problems, delays
 
 

@@ -212,6 +212,7 @@ class Planner:
                 starting_offsets=source.starting_offsets,
                 max_offsets_per_trigger=source.max_offsets_per_trigger,
                 malformed=MalformedHandling(policy=malformed.policy, topic=topic),
+                on_data_loss=source.on_data_loss,
             )
         )
         watermarks: set[tuple[str | None, str]] = set()

@@ -71,6 +71,12 @@ class KafkaSourceV1(StepBase):
     starting_offsets: Literal["earliest", "latest"] = "earliest"
     max_offsets_per_trigger: int | None = None
     malformed: MalformedHandling = Field(default_factory=MalformedHandling)
+    on_data_loss: Literal["fail", "skip"] | None = Field(
+        default=None,
+        description="When offsets the checkpoint asks for are gone from the topic (aged out by retention, "
+        "deleted): fail stops the query (Spark's failOnDataLoss=true); skip goes on from the earliest "
+        "offset still there. Absent in plans compiled before the field existed: skip, as they ran.",
+    )
 
 
 class WatermarkV1(StepBase):

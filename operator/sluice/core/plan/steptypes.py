@@ -92,6 +92,8 @@ def _source(step: KafkaSourceV1) -> list[str]:
         lines.append(f"at most {step.max_offsets_per_trigger} records per trigger")
     lines.append(f"malformed records: {step.malformed.policy}"
                  + (f" -> {step.malformed.topic}" if step.malformed.topic else ""))
+    if step.on_data_loss is not None:
+        lines.append(f"on data loss: {step.on_data_loss}")
     return lines
 
 

@@ -25,11 +25,14 @@ SPARK_LOCAL_MOUNT = "/var/lib/sluice/spark-local"
 #: time on top of the drain budget for the JVM to exit after the last commit
 EXIT_MARGIN_SECONDS = 30
 EXECUTOR_STATE_VOLUME = "spark.kubernetes.executor.volumes.persistentVolumeClaim.state"
-#: leaseDurationSeconds of the query's driver Lease (the runtime's SLUICE_LEASE_SECONDS)
-LEASE_SECONDS = election.DEFAULT_LEASE_SECONDS
 HOSTNAME_TOPOLOGY = "kubernetes.io/hostname"
 #: the engine digest a driver runs on (the runtime echoes it in its Lease records)
 ENGINE_ENV = "SLUICE_ENGINE"
+
+
+def lease_seconds(ctx: QueryContext) -> int:
+    """leaseDurationSeconds of the query's driver Lease (the runtime's SLUICE_LEASE_SECONDS)."""
+    return ctx.cluster.lease.duration_seconds or election.DEFAULT_LEASE_SECONDS
 
 
 def spark_conf(ctx: QueryContext) -> dict[str, str]:
@@ -140,7 +143,7 @@ def driver_env(ctx: QueryContext) -> list[dict[str, Any]]:
         {"name": "SLUICE_LEASE_NAME", "value": ctx.lease},
         {"name": "SLUICE_LEASE_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
         {"name": "SLUICE_POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
-        {"name": "SLUICE_LEASE_SECONDS", "value": str(LEASE_SECONDS)},
+        {"name": "SLUICE_LEASE_SECONDS", "value": str(lease_seconds(ctx))},
         # what the driver reports it runs on (the health gate of an engine upgrade waits for it)
         {"name": ENGINE_ENV, "value": ctx.engine_digest},
         *memory.memory_env(ctx),  # the runtime derives the driver's heap from it (core.sizing)
@@ -158,8 +161,13 @@ def driver_env(ctx: QueryContext) -> list[dict[str, Any]]:
     kafka = ctx.cluster.kafka
     if kafka.sasl is not None:
         env.append({"name": "SLUICE_KAFKA_SASL_MECHANISM", "value": kafka.sasl.mechanism})
-        env.append(_secret_env("SLUICE_KAFKA_SASL_USERNAME", kafka.sasl.username_secret))
-        env.append(_secret_env("SLUICE_KAFKA_SASL_PASSWORD", kafka.sasl.password_secret))
+        for var, ref in (("SLUICE_KAFKA_SASL_USERNAME", kafka.sasl.username_secret),
+                         ("SLUICE_KAFKA_SASL_PASSWORD", kafka.sasl.password_secret),
+                         ("SLUICE_KAFKA_SASL_OAUTH_TOKEN", kafka.sasl.token_secret)):
+            if ref is not None:
+                env.append(_secret_env(var, ref))
+        if kafka.sasl.token_file is not None:
+            env.append({"name": "SLUICE_KAFKA_SASL_OAUTH_TOKEN_FILE", "value": kafka.sasl.token_file})
     if kafka.tls is not None:
         env.append({"name": "SLUICE_KAFKA_TLS", "value": "true"})
         for var, ref in (("SLUICE_KAFKA_TLS_CA", kafka.tls.ca_secret),
@@ -167,6 +175,9 @@ def driver_env(ctx: QueryContext) -> list[dict[str, Any]]:
                          ("SLUICE_KAFKA_TLS_KEY", kafka.tls.key_secret)):
             if ref is not None:
                 env.append(_secret_env(var, ref))
+    client = kafka.client()
+    if not client.is_empty():  # absent when empty: the pods of a cluster without settings stay as they were
+        env.append({"name": "SLUICE_KAFKA_CLIENT_SETTINGS", "value": client.to_json()})
     return env
 
 
@@ -306,5 +317,5 @@ def driver_lease(ctx: QueryContext) -> dict[str, Any]:
         "apiVersion": "coordination.k8s.io/v1",
         "kind": "Lease",
         "metadata": ctx.metadata(ctx.lease, ctx.role),
-        "spec": {"leaseDurationSeconds": LEASE_SECONDS},
+        "spec": {"leaseDurationSeconds": lease_seconds(ctx)},
     }
