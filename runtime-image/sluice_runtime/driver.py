@@ -128,6 +128,8 @@ def supervise(
             if failed:
                 if elector is not None and elector.may_write() is not None:
                     return LOST  # the write guard stopped it: the lease ran out (a paused driver)
+                if elector is not None and pipeline.eos_sink is not None and pipeline.eos_sink.fenced:
+                    return LOST  # a newer holder fenced its producer (it rode out an API outage)
                 exc = failed[0].exception()
                 print(f"sluice-runtime: query {failed[0].name} failed: {getattr(exc, 'desc', exc)}",
                       file=sys.stderr)
@@ -291,7 +293,8 @@ def run_elected(
     set_pod_role(api, config.lease_namespace, pod, "standby")  # a restarted container is no longer active
     elector = Elector(api, namespace=config.lease_namespace, name=config.lease_name, identity=state.identity,
                       address=advertised_address(config.http_addr, dict(os.environ)),
-                      plan_hash=state.plan_hash, engine=config.engine, duration=config.lease_seconds)
+                      plan_hash=state.plan_hash, engine=config.engine, duration=config.lease_seconds,
+                      ride_out=plan.sink.delivery == "exactlyOnce")
     try:
         started = time.monotonic()
         # Warm up on the plan only while another driver serves: with nobody serving, start now.

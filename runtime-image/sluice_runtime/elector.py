@@ -40,6 +40,7 @@ from sluice.core.election import (
     Takeover,
     Verdict,
     Why,
+    api_away,
     decide,
     holder_valid_until,
     observe,
@@ -49,6 +50,7 @@ from sluice.core.election import (
     renew_interval,
     someone_serving,
     successor_progress,
+    write_refusal,
 )
 
 from sluice_runtime import versions as versions_mod
@@ -139,6 +141,7 @@ class Elector:
         plan_hash: str,
         engine: str = "",
         duration: float = 10.0,
+        ride_out: bool = False,
         clock: Callable[[], float] = time.monotonic,
         prober: Callable[[str | None, str], HolderProbe] = probe_holder,
     ) -> None:
@@ -152,6 +155,8 @@ class Elector:
         #: what this driver runs on (Spark, connectors), reported with every takeover
         self.versions = _versions_json()
         self.duration = duration
+        #: write on through an API server outage (an exactly-once output: Kafka's fence guards it)
+        self.ride_out = ride_out
         self.clock = clock
         self.prober = prober
         self._cond = threading.Condition()
@@ -159,6 +164,8 @@ class Elector:
         self._observed: Observation | None = None
         self._valid_until = 0.0
         self._holding = False
+        #: since when every renewal failed for want of an API server (None: the last one did not)
+        self._away_since: float | None = None
         self._stop = threading.Event()
         self.lost = threading.Event()
         self.handoff = threading.Event()
@@ -198,6 +205,11 @@ class Elector:
                     self._update(None if type_ == "DELETED" else obj)
             except Exception as exc:  # the API server may restart: relist after a pause
                 log.debug("lease watch: %s", exc)
+                with self._cond:
+                    # unseen changes cannot be ruled out: the record's age counts again from when
+                    # it is next seen (a standby never takes over from a holder that renewed
+                    # unseen, e.g. right after an API server outage)
+                    self._observed = None
                 self._stop.wait(1.0)
 
     def record(self) -> LeaseRecord | None:
@@ -353,13 +365,25 @@ class Elector:
             self.handoff.set()
 
     def may_write(self) -> str | None:
-        """None when this driver may write; else why not (the write guard)."""
+        """None when this driver may write; else why not (the write guard, :func:`write_refusal`)."""
         with self._cond:
-            if not self._holding:
-                return "this driver does not hold the lease"
-            if self.clock() >= self._valid_until:
-                return f"lease {self.name} not renewed within {self.duration:.0f}s"
-        return None
+            return write_refusal(holding=self._holding, now=self.clock(), valid_until=self._valid_until,
+                                 duration=self.duration, name=self.name, ride_out=self.ride_out,
+                                 away_since=self._away_since)
+
+    @property
+    def api_away_seconds(self) -> float:
+        """How long every renewal has failed for want of an API server (0: the last one did not)."""
+        with self._cond:
+            return 0.0 if self._away_since is None else max(0.0, self.clock() - self._away_since)
+
+    def _renew_failed(self, status: int | None, exc: Exception) -> None:
+        log.warning("lease %s: renew failed: %s", self.name, exc)
+        with self._cond:
+            if not api_away(status):
+                self._away_since = None
+            elif self._away_since is None:
+                self._away_since = self.clock()
 
     def _renew_loop(self) -> None:
         interval = renew_interval(self.duration)
@@ -367,7 +391,7 @@ class Elector:
             with self._cond:
                 if not self._holding:
                     return
-            if self.clock() >= self._valid_until:
+            if self.may_write() is not None:
                 with self._cond:
                     if self._holding:
                         log.error("lease %s: validity ran out before a renewal succeeded", self.name)
@@ -407,17 +431,25 @@ class Elector:
             try:
                 updated = self.api.replace_lease(desired)
             except KubeApiError as exc:
-                if exc.status == 409:
+                if exc.status != 409:
+                    self._renew_failed(exc.status, exc)
+                    return False
+                try:
                     self._update(self.api.get_lease(self.namespace, self.name))
-                    continue
-                log.warning("lease %s: renew failed: %s", self.name, exc)
-                return False
+                except (KubeApiError, OSError) as again:
+                    self._renew_failed(getattr(again, "status", None), again)
+                    return False
+                continue
             except OSError as exc:
-                log.warning("lease %s: renew failed: %s", self.name, exc)
+                self._renew_failed(None, exc)
                 return False
             with self._cond:
                 if self._holding:
                     self._valid_until = holder_valid_until(sent, self.duration)
+                if self._away_since is not None:
+                    log.warning("lease %s: renewed again after %.1fs without the API server", self.name,
+                                self.clock() - self._away_since)
+                    self._away_since = None
             self._update(updated)
             return True
         return False

@@ -13,7 +13,6 @@ without changing anything. ``docs/operator.md`` ("RBAC of a query") says what is
 
 from __future__ import annotations
 
-import base64
 import dataclasses
 import threading
 from collections.abc import Callable
@@ -22,7 +21,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 from sluice.core import election
 from sluice.operator import builders
 from sluice.operator.builders.context import BACKFILL_ROLE, QueryContext
@@ -31,6 +29,7 @@ from sluice_runtime.driver import set_pod_role
 from sluice_runtime.elector import Elector
 from sluice_runtime.kubeapi import KubeApi, KubeApiError, KubeConfig
 
+from tests.support.kubetoken import ca_file
 from tests.support.operator_fixtures import cluster_spec, context
 
 pytestmark = pytest.mark.integration
@@ -92,14 +91,6 @@ def make_query(admin: Kube, namespace: str, name: str, executors: int) -> Query:
     return Query(ctx, pod)
 
 
-def ca_file(kube: Any, tmp: Path) -> Path:
-    cluster = yaml.safe_load(kube.kubeconfig.read_text())["clusters"][0]["cluster"]
-    if "certificate-authority" in cluster:
-        path = Path(cluster["certificate-authority"])
-        return path if path.is_absolute() else Path(kube.kubeconfig).parent / path
-    path = tmp / "ca.crt"
-    path.write_bytes(base64.b64decode(cluster["certificate-authority-data"]))
-    return path
 
 
 def token_for(admin: Kube, query: Query) -> str:

@@ -13,7 +13,6 @@ other plan as a backstop, and the holder's progress on the Lease belongs to its 
 
 from __future__ import annotations
 
-import base64
 import json
 import os
 import signal
@@ -27,12 +26,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 from sluice.core.driverreport import BACKSTOP, HOLDER_PROGRESS, Backstop, Progress
 from sluice.core.election import HANDOFF_REQUEST, LAST_TAKEOVER, HandoffRequest, Takeover
 from sluice.core.plan.model import Plan
 
 from tests.support.feed import Feed, exactly_once_message
+from tests.support.kubetoken import ca_file
 from tests.support.runtime import consume, create_topic, free_port, plan_from_yaml, unique
 
 pytestmark = pytest.mark.integration
@@ -65,14 +64,6 @@ class Api:
         return dict(pod["metadata"].get("labels") or {})
 
 
-def ca_file(kube: Any, tmp: Path) -> Path:
-    config = yaml.safe_load(kube.kubeconfig.read_text())
-    cluster = config["clusters"][0]["cluster"]
-    if "certificate-authority" in cluster:
-        return Path(cluster["certificate-authority"])
-    path = tmp / "ca.crt"
-    path.write_bytes(base64.b64decode(cluster["certificate-authority-data"]))
-    return path
 
 
 @pytest.fixture

@@ -28,6 +28,7 @@ from sluice_dev.platform.common import (
     PlatformError,
     Started,
     free_port,
+    read_pid,
     spawn,
     stop_pid,
     tail,
@@ -68,6 +69,27 @@ def stop(state_dir: Path) -> None:
     """Stop every control-plane process named by a pid file; idempotent."""
     for name in reversed(PROCESSES):
         stop_pid(_pid_path(state_dir, name))
+
+
+def stop_apiserver(state_dir: Path) -> list[str]:
+    """Stop the running kube-apiserver (SIGTERM, as a node's supervisor would) and return its
+    command line, for :func:`start_apiserver` (an outage, in end-to-end tests)."""
+    pid = read_pid(_pid_path(state_dir, "kube-apiserver"))
+    if pid is None:
+        raise PlatformError("kube-apiserver", "not running", _log_path(state_dir, "kube-apiserver"))
+    argv = Path(f"/proc/{pid}/cmdline").read_bytes().rstrip(b"\0").decode().split("\0")
+    stop_pid(_pid_path(state_dir, "kube-apiserver"))
+    return argv
+
+
+def start_apiserver(state_dir: Path, argv: list[str], server: str) -> None:
+    """Start the kube-apiserver again with ``argv`` (its etcd kept everything) and wait until
+    ``server`` reports ready."""
+    group = _Group(state_dir)
+    group.spawn("kube-apiserver", argv)
+    pki = ensure_pki(kube_dir(state_dir))
+    group.wait("kube-apiserver", lambda: _https_get(f"{server}/readyz", pki)[0] == 200,
+               timeout=APISERVER_TIMEOUT, what="report /readyz ok")
 
 
 def _ports(count: int) -> list[int]:

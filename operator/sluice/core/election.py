@@ -188,6 +188,40 @@ def someone_serving(record: LeaseRecord | None, me: str, probe: HolderProbe) -> 
     return probe != HolderProbe.GONE
 
 
+#: HTTP statuses of a failed renewal that say the API server is away or overloaded, not that the
+#: Lease is gone or forbidden (a request that got no answer at all counts as away too)
+API_AWAY_STATUSES = frozenset({429, 500, 502, 503, 504})
+
+
+def api_away(status: int | None) -> bool:
+    """Whether a renewal that failed with ``status`` (None: no HTTP answer, e.g. connection
+    refused or timed out) failed because the API server cannot be reached, as opposed to an answer
+    that ends the term (404: the Lease was deleted; 401/403: no longer allowed)."""
+    return status is None or status in API_AWAY_STATUSES
+
+
+def write_refusal(*, holding: bool, now: float, valid_until: float, duration: float, name: str,
+                  ride_out: bool, away_since: float | None) -> str | None:
+    """The holder's write guard: None when it may write, else why not.
+
+    A holder writes while its last successful renewal is recent enough (:func:`holder_valid_until`).
+    Past that, a holder that *rides out* an API server outage (``ride_out``: its output is
+    protected by Kafka's transactional fence, whatever another driver does) goes on writing as long
+    as every renewal since has failed for want of an API server (``away_since``). No driver takes
+    the Lease without the API server; one that does (once it is back, or through a partition that
+    cut off only this driver) initialises the same transactional id before its first batch, which
+    fences this driver's producer: its next commit fails and nothing it writes becomes visible to
+    ``read_committed`` readers. Any answer that ends the term (another holder, the Lease deleted)
+    clears ``holding`` and stops it."""
+    if not holding:
+        return "this driver does not hold the lease"
+    if now < valid_until:
+        return None
+    if ride_out and away_since is not None:
+        return None
+    return f"lease {name} not renewed within {duration:.0f}s"
+
+
 def holder_valid_until(renew_sent_at: float, duration: float, margin: float = SAFETY_MARGIN_SECONDS) -> float:
     """Until when (monotonic) a holder whose last successful renewal was *sent* at
     ``renew_sent_at`` may still write."""

@@ -197,3 +197,25 @@ def test_a_starting_driver_warms_up_only_while_another_live_driver_serves() -> N
     assert not someone_serving(record(""), "b/1", HolderProbe.UNKNOWN)
     assert not someone_serving(record("a-0/x1"), "b/1", HolderProbe.GONE)
     assert not someone_serving(record("b/1"), "b/1", HolderProbe.UNKNOWN)
+
+
+def test_a_renewal_failure_is_an_outage_only_without_an_answer_that_ends_the_term() -> None:
+    from sluice.core.election import api_away
+
+    assert [s for s in (None, 404, 401, 403, 409, 429, 500, 502, 503, 504, 422) if api_away(s)] == [
+        None, 429, 500, 502, 503, 504]
+
+
+def test_the_write_guard_rides_out_an_outage_only_for_an_exactly_once_holder() -> None:
+    from sluice.core.election import write_refusal
+
+    def guard(*, holding: bool = True, now: float = 20.0, ride_out: bool = True,
+              away_since: float | None = 9.0) -> str | None:
+        return write_refusal(holding=holding, now=now, valid_until=18.5, duration=10.0, name="q-driver",
+                             ride_out=ride_out, away_since=away_since)
+
+    assert guard(now=10.0) is None  # renewed recently: everyone writes
+    assert guard() is None  # expired while the API server is away: the exactly-once holder writes on
+    assert guard(ride_out=False) == "lease q-driver not renewed within 10s"
+    assert guard(away_since=None) == "lease q-driver not renewed within 10s"  # an answer, not an outage
+    assert guard(holding=False) == "this driver does not hold the lease"

@@ -259,3 +259,21 @@ def test_executor_pods_get_the_restricted_security_context_through_a_pod_templat
     # local mode: no executor pods, no template
     local = builders.driver_deployment(context(cluster=cluster_spec(executors=0)), H, "cm")
     assert "SLUICE_EXECUTOR_POD_TEMPLATE" not in env_of(local)
+
+
+def test_the_lease_duration_of_the_cluster_reaches_the_lease_and_the_drivers() -> None:
+    from sluice.crd.querycluster import QueryClusterSpec
+
+    default = context()
+    assert env_of(builders.driver_deployment(default, H, "cm"))["SLUICE_LEASE_SECONDS"] == "10"
+    assert builders.driver_lease(default)["spec"] == {"leaseDurationSeconds": 10}
+    longer = context(cluster=cluster_spec(lease={"durationSeconds": 30}))
+    assert env_of(builders.driver_deployment(longer, H, "cm"))["SLUICE_LEASE_SECONDS"] == "30"
+    assert builders.driver_lease(longer)["spec"] == {"leaseDurationSeconds": 30}
+    # pinned with the engine, which an absent duration leaves as it was
+    unset = QueryClusterSpec.model_validate(cluster_spec()).engine("img")
+    assert "leaseSeconds" not in unset.canonical()
+    assert QueryClusterSpec.model_validate(cluster_spec(lease={"durationSeconds": 30})).engine(
+        "img").lease_seconds == 30
+    with pytest.raises(ValueError, match="durationSeconds"):
+        QueryClusterSpec.model_validate(cluster_spec(lease={"durationSeconds": 2}))
