@@ -24,6 +24,14 @@ from pathlib import Path
 from typing import Any
 
 
+def _command(pid: int) -> str:
+    """A host process' command name ("" when it has ended)."""
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().strip()
+    except OSError:
+        return ""
+
+
 @dataclass
 class E2ECluster:
     kubeconfig: Path
@@ -41,6 +49,9 @@ class E2ECluster:
     #: give a local image on every node another name (``tag_image("sluice-runtime:0.1.0", alias)``):
     #: a runtime image "of another version" with the same content, for engine upgrades
     tag_image: Callable[[str, str], None] | None = None
+    #: stop the API server (returns at once) and start it again (returns once it is ready): an outage
+    stop_apiserver: Callable[[], None] | None = None
+    start_apiserver: Callable[[], None] | None = None
 
     # -- kubectl ---------------------------------------------------------------------------------
     def kubectl_result(self, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
@@ -146,6 +157,31 @@ class E2ECluster:
 
             assert self.runc_root is not None
             signal_container(self.runc_root, status["containerID"], sig)
+
+    def signal_jvm(self, pod: dict[str, Any], sig: int) -> None:
+        """Send ``sig`` (SIGSTOP, SIGCONT) to a driver pod's JVM alone, from outside the pod: the
+        runtime's Python process goes on (its HTTP endpoint, the Lease renewals), as beside a JVM
+        that hangs (a GC pause, a call that never returns)."""
+        fresh = self.get("pod", pod["metadata"]["namespace"], pod["metadata"]["name"])
+        assert fresh is not None, f"pod {pod['metadata']['name']} is gone"
+        status = fresh["status"]["containerStatuses"][0]
+        assert status.get("state", {}).get("running"), f"container not running: {status}"
+        if self.kind == "kind":
+            cid = status["containerID"].split("://", 1)[1]
+            template = "'{{.info.pid}}'"
+            script = (f"kill -{int(sig)} $(pgrep -x java -P "
+                      f"$(crictl inspect --output go-template --template {template} {cid}))")
+            subprocess.run(["docker", "exec", pod["spec"]["nodeName"], "sh", "-c", script], check=True,
+                           capture_output=True, timeout=60)
+            return
+        from tests.support.realnode import container_pids
+
+        assert self.runc_root is not None
+        pids = container_pids(self.runc_root, status["containerID"].split("://", 1)[-1], init_only=False)
+        jvms = [pid for pid in pids if _command(pid) == "java"]
+        assert jvms, f"no JVM among the processes {pids} of pod {pod['metadata']['name']}"
+        for pid in jvms:
+            os.kill(pid, sig)
 
     def restart_count(self, namespace: str, query: str) -> int:
         pod = self.driver_pod(namespace, query)

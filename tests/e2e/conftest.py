@@ -8,6 +8,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import yaml
 from cluster import E2ECluster
 from sluice_dev.platform import common
 
@@ -38,9 +39,29 @@ def cluster(request: pytest.FixtureRequest) -> Iterator[E2ECluster]:
                 subprocess.run(["docker", "exec", node_id, "ctr", "-n", "k8s.io", "images", "tag", "--force",
                                 *names], check=True, capture_output=True, timeout=60)
 
+        def move_apiserver_manifest(source: str, target: str) -> None:
+            """The kubelet of kind's control-plane node stops (starts) the static kube-apiserver pod
+            when its manifest leaves (comes back to) the manifests directory."""
+            nodes = subprocess.run(["docker", "ps", "--filter", "label=io.x-k8s.kind.role=control-plane",
+                                    "--format", "{{.Names}}"], check=True, capture_output=True, text=True,
+                                   timeout=60).stdout  # not kubectl: the API server may be down
+            node_id = nodes.split()[0]
+            subprocess.run(["docker", "exec", node_id, "mv", source, target], check=True, capture_output=True,
+                           timeout=60)
+
+        manifest = "/etc/kubernetes/manifests/kube-apiserver.yaml"
+        parked = "/etc/kubernetes/kube-apiserver.yaml"
+
+        def start_apiserver() -> None:
+            move_apiserver_manifest(parked, manifest)
+            kind.wait_for("the API server", lambda: kind.kubectl_result("get", "--raw", "/readyz").returncode
+                          == 0, 180)
+
         kind.stop_operator = lambda: scale(0)
         kind.start_operator = lambda: scale(1)
         kind.tag_image = tag
+        kind.stop_apiserver = lambda: move_apiserver_manifest(manifest, parked)
+        kind.start_apiserver = start_apiserver
         yield kind
         return
     yield from _on_the_real_node(request.getfixturevalue("tmp_path_factory").mktemp("e2e-node"))
@@ -50,7 +71,7 @@ def _on_the_real_node(state: Path) -> Iterator[E2ECluster]:
     """The real node with the project's images loaded and the operator installed by the chart
     (two replicas, leader election); test namespaces enforce ``restricted``."""
     from sluice_dev.images import build
-    from sluice_dev.platform import chart, node
+    from sluice_dev.platform import chart, kube, node
 
     from tests.support.realnode import running_node
 
@@ -60,7 +81,15 @@ def _on_the_real_node(state: Path) -> Iterator[E2ECluster]:
             chart.install(real.kubeconfig, real.bin_dir, state / "operator" / "helm.log")
         except common.PlatformError as exc:
             pytest.fail(str(exc), pytrace=False)
+        apiserver: list[str] = []
+        server = yaml.safe_load(real.kubeconfig.read_text())["clusters"][0]["cluster"]["server"]
+
+        def stop_apiserver() -> None:
+            apiserver[:] = kube.stop_apiserver(state)
+
         yield E2ECluster(
+            stop_apiserver=stop_apiserver,
+            start_apiserver=lambda: kube.start_apiserver(state, apiserver, server),
             kubeconfig=real.kubeconfig, kubectl_bin=real.bin_dir / "kubectl", bootstrap=real.kafka,
             kind="node", runc_root=str(Path(real.info["runc_root"]) / "k8s.io"),
             namespace_labels=dict(chart.RESTRICTED),
