@@ -2,18 +2,17 @@
 has not read yet deleted (``delete_records`` moves the log start past it while the query is
 stopped) stop a ``fail`` source with ``KafkaDataLoss`` and are skipped and counted by a ``skip``
 one; a transactional input topic (committed and aborted transactions, their markers) is no data
-loss, read as the runtime reads it (read_uncommitted) and read_committed."""
+loss, read committed (the compiler's plans) and uncommitted (plans compiled before the source's
+isolationLevel existed)."""
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
-from unittest import mock
 
 import pytest
+from sluice.core.plan.model import KafkaSourceV1, Plan
 
 from tests.support.runtime import consume_json, create_topic, plan_from_yaml, produce, shared_spark, unique
 
@@ -144,17 +143,11 @@ def _transactions(kafka: str, topic: str) -> None:
     produce(kafka, topic, _orders("p", 1))
 
 
-@contextmanager
-def _read_committed() -> Iterator[None]:
-    from sluice_runtime.steps.base import BuildContext
-
-    plain = BuildContext.source_options
-
-    def committed(ctx: Any) -> dict[str, str]:
-        return {**plain(ctx), "kafka.isolation.level": "read_committed"}
-
-    with mock.patch.object(BuildContext, "source_options", committed):
-        yield
+def _as_compiled_before(plan: Plan) -> Plan:
+    """The plan as a compiler before ``isolationLevel`` made it: its sources read uncommitted."""
+    steps = [s.model_copy(update={"isolation_level": None}) if isinstance(s, KafkaSourceV1) else s
+             for s in plan.steps]
+    return plan.model_copy(update={"steps": steps}).with_hash()
 
 
 @pytest.mark.parametrize("isolation", ["read_uncommitted", "read_committed"])
@@ -166,11 +159,11 @@ def test_fail_reads_a_transactional_topic_without_taking_its_markers_for_data_lo
     _transactions(kafka, src)
     # at most 4 offsets a batch, so that batches start and end on markers and aborted records
     plan = _plan(src, out, "fail", rate="      maxOffsetsPerTrigger: 4\n")
-    if isolation == "read_committed":
-        with _read_committed():
-            pipe, progress = _run(spark, plan, kafka, tmp_path / "ck", unique("q"))
-    else:
-        pipe, progress = _run(spark, plan, kafka, tmp_path / "ck", unique("q"))
+    # the compiler's plans read committed; a plan compiled before the field reads uncommitted
+    assert [s.isolation_level for s in plan.steps if isinstance(s, KafkaSourceV1)] == ["read_committed"]
+    if isolation == "read_uncommitted":
+        plan = _as_compiled_before(plan)
+    pipe, progress = _run(spark, plan, kafka, tmp_path / "ck", unique("q"))
     assert pipe.main.exception() is None
     aborted = [] if isolation == "read_committed" else [f"x{i}" for i in range(5)]
     expected = sorted([f"c{i}" for i in range(5)] + [f"d{i}" for i in range(5)] + aborted + ["p0"])

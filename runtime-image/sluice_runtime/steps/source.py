@@ -51,6 +51,8 @@ def read_kafka(step: KafkaSourceV1, ctx: BuildContext) -> DataFrame:
     reader = ctx.spark.readStream.format("kafka").options(**ctx.source_options())
     reader = reader.option("subscribe", step.topic).options(**starting_options(step, ctx))
     reader = reader.option("failOnDataLoss", fail_on_data_loss(step))
+    if step.isolation_level is not None:  # a plan compiled before the field: Kafka's read_uncommitted
+        reader = reader.option("kafka.isolation.level", step.isolation_level)
     if step.max_offsets_per_trigger is not None:
         reader = reader.option("maxOffsetsPerTrigger", str(step.max_offsets_per_trigger))
     return reader.load()

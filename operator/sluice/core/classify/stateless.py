@@ -165,6 +165,17 @@ _DATA_LOSS = _Meaning(
 )
 
 
+_ISOLATION = _Meaning(
+    "data-selection",
+    f"; with read_committed the records of aborted transactions are no longer read. {IN_PLACE_ROWS}",
+)
+
+
+def _isolation(step: Any) -> str:
+    """A source's effective isolation level: read_uncommitted for a plan compiled before the field."""
+    return str(step.isolation_level or "read_uncommitted")
+
+
 def _data_loss(step: Any) -> str:
     """A source's effective onDataLoss: a plan compiled before the field existed skips (as it ran)."""
     return str(step.on_data_loss or "skip")
@@ -180,8 +191,9 @@ def _source(ctx: Ctx, old: Any, new: Any) -> set[str]:
     _compare(ctx, new.id, "malformed", old.malformed.model_dump(mode="json"),
              new.malformed.model_dump(mode="json"), "malformed-record handling", _MALFORMED)
     _compare(ctx, new.id, "onDataLoss", _data_loss(old), _data_loss(new), "onDataLoss", _DATA_LOSS)
+    _compare(ctx, new.id, "isolationLevel", _isolation(old), _isolation(new), "isolation level", _ISOLATION)
     return {"topic", "columns", "starting_offsets", "max_offsets_per_trigger", "malformed", "source",
-            "on_data_loss"}
+            "on_data_loss", "isolation_level"}
 
 
 #: Stateful steps whose state (and its watermark eviction) is the same in update and append mode.

@@ -213,6 +213,7 @@ class Planner:
                 max_offsets_per_trigger=source.max_offsets_per_trigger,
                 malformed=MalformedHandling(policy=malformed.policy, topic=topic),
                 on_data_loss=source.on_data_loss,
+                isolation_level="read_committed",
             )
         )
         watermarks: set[tuple[str | None, str]] = set()

@@ -77,6 +77,13 @@ class KafkaSourceV1(StepBase):
         "deleted): fail stops the query (Spark's failOnDataLoss=true); skip goes on from the earliest "
         "offset still there. Absent in plans compiled before the field existed: skip, as they ran.",
     )
+    isolation_level: Literal["read_committed", "read_uncommitted"] | None = Field(
+        default=None,
+        description="How the source reads transactional topics: read_committed sees only committed "
+        "transactions (the output of an exactly-once query, of Kafka Streams or ksqlDB with exactly-once), "
+        "read_uncommitted also the records of aborted ones. Absent in plans compiled before the field "
+        "existed: read_uncommitted, as they ran.",
+    )
 
 
 class WatermarkV1(StepBase):

@@ -94,6 +94,8 @@ def _source(step: KafkaSourceV1) -> list[str]:
                  + (f" -> {step.malformed.topic}" if step.malformed.topic else ""))
     if step.on_data_loss is not None:
         lines.append(f"on data loss: {step.on_data_loss}")
+    if step.isolation_level is not None:
+        lines.append(f"isolation level: {step.isolation_level}")
     return lines
 
 
