@@ -295,6 +295,7 @@ def run_elected(
                       address=advertised_address(config.http_addr, dict(os.environ)),
                       plan_hash=state.plan_hash, engine=config.engine, duration=config.lease_seconds,
                       ride_out=plan.sink.delivery == "exactlyOnce")
+    state.metrics.api_away.set_function(lambda: elector.api_away_seconds)
     try:
         started = time.monotonic()
         # Warm up on the plan only while another driver serves: with nobody serving, start now.

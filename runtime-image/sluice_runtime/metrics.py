@@ -152,6 +152,10 @@ class RuntimeMetrics:
             registry=r,
         )
         self.ready = Gauge("sluice_ready", "1 when /readyz answers 200.", registry=r)
+        self.api_away = Gauge(
+            "sluice_lease_api_away_seconds",
+            "How long every renewal of the Lease this driver holds has failed for want of an API server (0 "
+            "when the last one did not; an exactly-once holder writes on meanwhile).", registry=r)
         self.role = Gauge("sluice_driver_role", "1 for this driver's current role (active, standby).",
                           ["role"], registry=r)
         self.plan = Gauge("sluice_plan_info", "1 for the plan hash this driver runs.", ["plan_hash"],

@@ -29,7 +29,8 @@ CASES = HERE / "alert_rules_test.yaml"
 #: the alerts the chart had before issue 32 (kept, under the same names)
 FIRST_FIVE = {"SluiceQueryNotProgressing", "SluiceKafkaLagGrowing", "SluiceUpgradeRolledBack",
               "SluiceQueriesDegraded", "SluiceOperatorReconcileErrors"}
-ADDED = {"SluiceLateRowsDropped", "SluiceStateVolumeFilling", "SluiceUpgradeFailed", "SluiceFailoverStorm"}
+ADDED = {"SluiceLateRowsDropped", "SluiceStateVolumeFilling", "SluiceUpgradeFailed", "SluiceFailoverStorm",
+         "SluiceLeaseNotRenewed"}
 
 
 @pytest.fixture(scope="module")

@@ -438,8 +438,8 @@ def test_alerts_use_metrics_the_code_exports() -> None:
     alerts = {r["alert"]: r for g in rule["spec"]["groups"] for r in g["rules"]}
     assert set(alerts) == {"SluiceQueryNotProgressing", "SluiceKafkaLagGrowing", "SluiceLateRowsDropped",
                            "SluiceStateVolumeFilling", "SluiceUpgradeRolledBack", "SluiceUpgradeFailed",
-                           "SluiceFailoverStorm", "SluiceQueriesDegraded", "SluiceOperatorReconcileErrors",
-                           "SluiceOperatorDown"}
+                           "SluiceFailoverStorm", "SluiceLeaseNotRenewed", "SluiceQueriesDegraded",
+                           "SluiceOperatorReconcileErrors", "SluiceOperatorDown"}
     for name, alert in alerts.items():
         expr = alert["expr"]
         assert alert["labels"]["severity"] in ("warning", "critical"), name
@@ -463,7 +463,7 @@ def test_alerts_use_metrics_the_code_exports() -> None:
     assert {"sourceLabels": ["__meta_kubernetes_pod_label_sluice_dev_query"],
             "targetLabel": "streamingquery"} in relabel
     per_query = [name for name, alert in alerts.items() if "streamingquery" in alert["expr"]]
-    assert len(per_query) == 8, per_query
+    assert len(per_query) == 9, per_query
     for name in per_query:  # they name the query, with the label the operator's metrics carry too
         text = alerts[name]["annotations"]["description"]
         assert "{{ $labels.namespace }}/{{ $labels.streamingquery }}" in text, name

@@ -129,18 +129,24 @@ def watch_guard(driver: Driver, seconds: float) -> list[str | None]:
 
 def test_an_exactly_once_holder_writes_on_through_an_outage_and_keeps_its_term(
         drivers: Callable[..., Driver]) -> None:
+    from sluice_runtime.metrics import RuntimeMetrics
+
     holder = drivers("a", ride_out=True)
     holder.lead()
+    metrics = RuntimeMetrics()  # wired as the driver wires it
+    metrics.api_away.set_function(lambda: holder.elector.api_away_seconds)
     holder.cut_off()
     answers = watch_guard(holder, 3 * DURATION)
     assert answers and all(a is None for a in answers), answers
     assert not holder.elector.lost.is_set()
-    assert holder.elector.api_away_seconds > 2 * DURATION
+    away = metrics.registry.get_sample_value("sluice_lease_api_away_seconds")
+    assert away is not None and away > 2 * DURATION
     holder.reconnect()
     deadline = time.monotonic() + 2 * DURATION
     while holder.elector.api_away_seconds > 0 and time.monotonic() < deadline:
         time.sleep(0.2)
     assert holder.elector.api_away_seconds == 0, "no renewal once the API server was back"
+    assert metrics.registry.get_sample_value("sluice_lease_api_away_seconds") == 0
     assert holder.elector.may_write() is None and not holder.elector.lost.is_set()
     record = holder.elector.record()
     assert record is not None and record.holder == "a/1"
