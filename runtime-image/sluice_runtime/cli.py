@@ -306,6 +306,7 @@ def _plan_hash_of(path: str) -> str:
 
 def execute(config: RunConfig) -> int:
     from sluice_runtime import compat, connector, driver, kafka_admin, reports
+    from sluice_runtime.brokerlag import BrokerLag
     from sluice_runtime.pipeline import build_pipeline
     from sluice_runtime.server import RuntimeState, parse_interval, readiness_bound, serve
     from sluice_runtime.session import create_spark, driver_sizing
@@ -387,9 +388,11 @@ def execute(config: RunConfig) -> int:
             query_id, plan.hash[:12], config.kafka.protocol, time.monotonic() - started,
         )
         end = driver.FAILED
+        lag = BrokerLag(state.metrics, config.bootstrap, config.kafka).start()
         try:
             end = driver.supervise(pipeline, state, drain_requested)
         finally:
+            lag.stop()
             code = driver.finish(pipeline, state, end)
         return code
     finally:

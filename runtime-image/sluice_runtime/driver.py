@@ -41,6 +41,7 @@ from sluice.core.election import (
 
 from sluice_runtime import drain as drain_mod
 from sluice_runtime import epochs, reports
+from sluice_runtime.brokerlag import BrokerLag
 from sluice_runtime.cleanup import CheckpointCleaner
 from sluice_runtime.progress import ProgressTail
 from sluice_runtime.startpoint import StartRefused, prepare_start
@@ -473,7 +474,11 @@ def _run_term(config: RunConfig, prepared: Prepared, state: RuntimeState, drain_
         cleaner.poll()
 
     progress = reports.TermProgress(elector, plan_hash, leadership.epoch)
-    end = supervise(pipeline, state, drain_requested, elector, every_tick, progress)
+    lag = BrokerLag(state.metrics, config.bootstrap, config.kafka).start()
+    try:
+        end = supervise(pipeline, state, drain_requested, elector, every_tick, progress)
+    finally:
+        lag.stop()
     request = elector.handoff_request
     failure = (pipeline.failure or reports.query_failure(pipeline.all_queries())) if end == FAILED else None
     code = close_writes(pipeline, state, end)

@@ -1,7 +1,9 @@
 """Prometheus metrics of a runtime, derived from the queries' progress reports.
 
-Everything is computed from the queries' progress reports (no extra Kafka calls): per-partition
-lag is the source's ``latestOffset`` minus its ``endOffset`` in the last report. A report of a
+Everything is computed from the queries' progress reports: per-partition lag is the source's
+``latestOffset`` minus its ``endOffset`` in the last report, and, every few seconds in between,
+the brokers' latest offsets minus that ``endOffset`` (:mod:`sluice_runtime.brokerlag`: the lag
+grows while a batch hangs or the JVM does, and after a query had caught up). A report of a
 batch that ran (:func:`sluice_runtime.progress.ran_a_batch`) updates the per-batch metrics once
 (counters, last batch id and commit time, duration, state, late rows); every report, idle
 triggers included, updates the rates, the lag and the watermark delay. Every series of a query
@@ -73,6 +75,15 @@ def kafka_lag(progress: Mapping[str, Any]) -> list[PartitionLag]:
     return lags
 
 
+def end_offsets(progress: Mapping[str, Any]) -> dict[tuple[str, int], int]:
+    """(topic, partition) -> the offset one progress report's Kafka sources ended at."""
+    out: dict[tuple[str, int], int] = {}
+    for source in progress.get("sources") or []:
+        for topic, parts in _offsets(source.get("endOffset")).items():
+            out.update({(topic, int(partition)): offset for partition, offset in parts.items()})
+    return out
+
+
 def total_lag(progress: Mapping[str, Any]) -> int | None:
     """Records one progress report's query is behind its sources: :func:`kafka_lag` summed over
     every source and partition (a source that reports no ``latestOffset`` adds nothing); None when
@@ -91,6 +102,8 @@ class RuntimeMetrics:
     #: topic -> source name of the plan's sources that skip lost offsets (``onDataLoss: skip``, or
     #: absent in an older plan): their ``sluice_source_skipped_offsets`` (:meth:`watch_skipping`)
     _skipping: dict[str, str] = field(default_factory=dict)
+    #: query -> (topic, partition) -> the offset its last report ended at (:mod:`brokerlag`)
+    _ends: dict[str, dict[tuple[str, int], int]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         disable_created_metrics()  # no `_created` series beside every counter and histogram child
@@ -189,6 +202,20 @@ class RuntimeMetrics:
                 for metric in self._per_query():
                     metric.clear()
                 self._seen_batches.clear()
+                self._ends.clear()
+
+    def partition_ends(self) -> dict[str, dict[tuple[str, int], int]]:
+        """Query -> (topic, partition) -> where its last report ended (nothing while standby)."""
+        with self._lock:
+            return {} if self._standby else {q: dict(ends) for q, ends in self._ends.items()}
+
+    def set_lag(self, query: str, lags: Iterable[PartitionLag]) -> None:
+        """The lag of a query's partitions as measured at the brokers (:mod:`brokerlag`)."""
+        with self._lock:
+            if self._standby or query not in self._ends:
+                return  # the term ended meanwhile: no series of a stopped query
+            for lag in lags:
+                self.lag.labels(query, lag.topic, lag.partition).set(lag.lag)
 
     def watch_skipping(self, sources: Mapping[str, str]) -> None:
         """Count skipped offsets of these sources (topic -> source name) from now on."""
@@ -209,6 +236,9 @@ class RuntimeMetrics:
             self.processed_rate.labels(query).set(float(progress.get("processedRowsPerSecond") or 0.0))
             for lag in kafka_lag(progress):
                 self.lag.labels(query, lag.topic, lag.partition).set(lag.lag)
+            ends = end_offsets(progress)
+            if ends:
+                self._ends[query] = ends
             delay = watermark_delay(progress)
             if delay is not None:
                 self.watermark_delay.labels(query).set(delay)
