@@ -2,9 +2,11 @@
 
 ``python -m sluice_runtime.image_manifest --added LIST --output /opt/sluice/versions.json``
 records the installed PySpark, the Scala library among its jars, Java (asked from ``java``), the
-Python and sluice versions, each recorded connector artifact with the version of its jar in
-PySpark's ``jars/``, and the jars the connector step added there (``LIST``: one file name a line).
-It refuses (exit 1, the build fails) when those jars depart from :mod:`sluice_runtime.pairing`.
+Python and sluice versions, each recorded artifact (the Kafka connector and the S3A set:
+:data:`sluice_runtime.versions.RECORDED`) with the version of its jar in PySpark's ``jars/``, and
+the jars the connector step added there (``LIST``: one file name a line, written by
+:mod:`sluice_runtime.jarset`). It refuses (exit 1, the build fails) when those jars depart from
+:mod:`sluice_runtime.pairing`.
 """
 
 from __future__ import annotations

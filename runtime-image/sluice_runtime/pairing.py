@@ -102,7 +102,7 @@ _AWS_SDK_WHY = (
 #: ships, the AWS SDK v2 modules it needs (not ``software.amazon.awssdk:bundle``; the rest comes
 #: transitively, minus what PySpark ships) and Spark's cloud checkpoint file manager
 #: (``AbortableStreamBasedCheckpointFileManager``). Resolved for tests and the local platform by
-#: ``sluice_dev.platform.objectstore``; the runtime image does not ship them yet (issue 29).
+#: ``sluice_dev.platform.objectstore``, and in the runtime image by its ``s3a-connector`` stage.
 S3A_ARTIFACTS: Final[tuple[Artifact, ...]] = (
     Artifact(
         name="hadoop-aws",

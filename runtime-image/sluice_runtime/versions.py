@@ -1,4 +1,4 @@
-"""What this runtime carries: Spark, Scala, Java, the connector jars and their versions.
+"""What this runtime carries: Spark, Scala, Java, the connector and S3A jars and their versions.
 
 The runtime image writes a manifest at build time (``/opt/sluice/versions.json``, by
 :mod:`sluice_runtime.image_manifest`); :func:`current` reads it. Outside an image it says what it
@@ -15,7 +15,6 @@ import importlib.metadata
 import json
 import os
 import platform
-import re
 import sys
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
@@ -24,28 +23,16 @@ from typing import Any, Final
 
 from sluice_runtime import connector, pairing
 
+# the jar names' parsing lives with the drop rule (jarset); kept importable from here
+from sluice_runtime.jarset import Jar, parse_jars
+from sluice_runtime.jarset import parse_jar as parse_jar
+
 #: where the runtime image keeps its manifest (its virtualenv is ``/opt/sluice``)
 MANIFEST: Final = Path("/opt/sluice/versions.json")
 FORMAT: Final = 1
 
-# "kafka-clients-3.9.2.jar" -> ("kafka-clients", "3.9.2"): the version is the last part starting
-# with digits and a dot ("spark-sql-kafka-0-10_2.13-4.2.0", "log4j-1.2-api-2.24.3"), with what
-# follows ("4.1.118.Final-linux-x86_64"); else the first starting with a digit
-_JAR_NAMES = (
-    re.compile(r"^(?P<artifact>.+)-(?P<version>\d+\.[^-]*(?:-[^-]+)*)\.jar$"),
-    re.compile(r"^(?P<artifact>.+?)-(?P<version>\d[^-]*(?:-[^-]+)*)\.jar$"),
-)
-
-
 class ManifestError(ValueError):
     """The manifest is missing a field or has the wrong shape."""
-
-
-@dataclass(frozen=True)
-class Jar:
-    file: str
-    artifact: str
-    version: str
 
 
 @dataclass(frozen=True)
@@ -81,36 +68,32 @@ class Versions:
         return data
 
 
-def parse_jar(name: str) -> Jar | None:
-    """The jar of a path or file name (``artifact-version.jar``), None when it is not one."""
-    file = Path(name).name
-    for pattern in _JAR_NAMES:
-        match = pattern.match(file)
-        if match:
-            return Jar(file, match["artifact"], match["version"])
-    return None
-
-
-def parse_jars(names: Iterable[str]) -> tuple[Jar, ...]:
-    return tuple(sorted((j for j in map(parse_jar, names) if j), key=lambda j: j.file))
+#: every artifact the image ships beside Spark's jars: the Kafka connector, then the S3A set
+#: (``s3a://`` checkpoints), as :mod:`sluice_runtime.pairing` records them
+RECORDED: Final[tuple[pairing.Artifact, ...]] = (*pairing.ARTIFACTS, *pairing.S3A_ARTIFACTS)
 
 
 def match_record(jars: Iterable[Jar]) -> tuple[Connector, ...]:
-    """Each recorded connector artifact with the version of its jar among ``jars`` (if any)."""
+    """Each recorded artifact (:data:`RECORDED`) with the version of its jar among ``jars`` (if any)."""
     found = {jar.artifact: jar.version for jar in jars}
     return tuple(
-        Connector(a.name, a.artifact, found.get(a.artifact), a.version, a.why) for a in pairing.ARTIFACTS
+        Connector(a.name, a.artifact, found.get(a.artifact), a.version, a.why) for a in RECORDED
     )
 
 
 def pairing_problems(jars: Iterable[Jar], spark: str | None) -> list[str]:
-    """What in ``jars`` (Spark's jar directory) departs from the record: a recorded connector
-    missing or in another version, more than one version of one, the wrong Spark, or a Spark
-    artifact of another version that the record does not name (an unrecorded pairing)."""
+    """What in ``jars`` (Spark's jar directory) departs from the record: a recorded artifact
+    (:data:`RECORDED`) missing or in another version, more than one version of one, the wrong
+    Spark or Hadoop (hadoop-aws must match PySpark's ``hadoop-client-api``), or a Spark artifact
+    of another version that the record does not name (an unrecorded pairing)."""
     jars = list(jars)
     problems = [] if spark == pairing.SPARK else [f"Spark is {spark}, the record says {pairing.SPARK}"]
-    recorded = {a.artifact: a for a in pairing.ARTIFACTS}
-    for artifact in pairing.ARTIFACTS:
+    hadoop = sorted(j.version for j in jars if j.artifact == "hadoop-client-api")
+    if hadoop != [pairing.HADOOP]:
+        problems.append(f"hadoop-client-api: ships {', '.join(hadoop) or 'no jar'}, "
+                        f"the record says Hadoop {pairing.HADOOP}")
+    recorded = {a.artifact: a for a in RECORDED}
+    for artifact in RECORDED:
         versions = sorted(j.version for j in jars if j.artifact == artifact.artifact)
         if versions != [artifact.version]:
             problems.append(
@@ -186,8 +169,9 @@ def _current() -> Versions:
 
 def summary(versions: Versions | None = None) -> dict[str, str]:
     """A flat ``{name: version}`` for a Lease annotation or the query's status: ``image``
-    (``"true"``/``"false"``), ``sluice``, ``spark``, ``scala``, ``java`` and each recorded
-    connector by name (``kafka``, ``kafka-token-provider``); unknown ones are left out.
+    (``"true"``/``"false"``), ``sluice``, ``spark``, ``scala``, ``java`` and each
+    recorded artifact by name (``kafka``, ``kafka-token-provider``, ``hadoop-aws``, ``aws-sdk-s3``,
+    ...: :data:`RECORDED`); unknown ones are left out.
 
     Without an argument it reads the process's own versions once (cached)."""
     v = _current() if versions is None else versions
@@ -205,7 +189,7 @@ def render_text(v: Versions) -> str:
         f"sluice-runtime {v.sluice or 'unknown'} ({'image: ' + v.source if v.image else v.source})",
         f"Spark {v.spark or 'not installed'} (Scala {v.scala or 'unknown'}), "
         f"Java {v.java or 'unknown'}, Python {v.python or 'unknown'}",
-        f"connectors (record: Spark {pairing.SPARK}, sluice_runtime/pairing.py):",
+        f"connectors (record: Spark {pairing.SPARK}, Hadoop {pairing.HADOOP}, sluice_runtime/pairing.py):",
     ]
     width = max((len(c.name) for c in v.connectors), default=0)
     for c in v.connectors:

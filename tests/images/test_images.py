@@ -106,17 +106,64 @@ def test_runtime_has_the_kafka_connector_in_sparks_jars(runtime_bundle: Path) ->
     assert len([jar for jar in jars if jar.startswith("scala-library-")]) == 1
 
 
+def test_runtime_has_the_s3a_jars_in_sparks_jars_one_copy_of_each_library(runtime_bundle: Path) -> None:
+    jars = versions.parse_jars(_ok(bundle.run_in_bundle(runtime_bundle, ["python", "-c", _JARS])).split())
+    shipped = {j.artifact: j.version for j in jars}
+    for artifact in pairing.S3A_ARTIFACTS:
+        assert shipped.get(artifact.artifact) == artifact.version, artifact.artifact
+    assert shipped["hadoop-client-api"] == pairing.HADOOP
+    # what PySpark ships (Netty, httpclient, slf4j, ...) or covers (commons-logging) is not added again
+    manifest = json.loads(_ok(bundle.run_in_bundle(runtime_bundle, ["cat", "/opt/sluice/versions.json"])))
+    added = {j["artifact"] for j in manifest["jars"]}
+    assert {"hadoop-aws", "s3", "sts", "netty-nio-client", f"spark-hadoop-cloud_{pairing.SCALA}"} <= added
+    twice = sorted(j.file for j in jars if j.artifact in added)
+    assert len(twice) == len(added), twice
+    assert not added & {"netty-buffer", "httpclient", "httpcore", "slf4j-api", "commons-codec",
+                        "commons-logging"}
+    assert "commons-logging" not in shipped and "jcl-over-slf4j" in shipped
+
+
+_S3A_CLASSES = """
+from pyspark.java_gateway import launch_gateway
+jvm = launch_gateway().jvm
+conf = jvm.org.apache.hadoop.conf.Configuration()
+for key, value in {
+    "fs.s3a.endpoint": "http://127.0.0.1:9", "fs.s3a.endpoint.region": "us-east-1",
+    "fs.s3a.path.style.access": "true", "fs.s3a.connection.ssl.enabled": "false",
+    "fs.s3a.access.key": "AK", "fs.s3a.secret.key": "SK",
+    "fs.s3a.aws.credentials.provider": "org.apache.hadoop.fs.s3a.SimpleAWSCredentialsProvider",
+}.items():
+    conf.set(key, value)
+fs = jvm.org.apache.hadoop.fs.Path("s3a://sluice/checkpoints").getFileSystem(conf)
+print(fs.getClass().getName())
+print(jvm.java.lang.Class.forName(
+    "org.apache.spark.internal.io.cloud.AbortableStreamBasedCheckpointFileManager").getName())
+fs.close()
+"""
+
+
+def test_runtime_loads_s3a_and_the_cloud_checkpoint_manager(runtime_bundle: Path) -> None:
+    """Spark's JVM (PySpark's gateway, no network): the S3A file system initialises (its AWS SDK
+    client built against PySpark's Hadoop, Netty and httpclient) and Spark's cloud checkpoint
+    manager loads, from the jars in Spark's jars/ alone (no spark.jars)."""
+    # no name service in the test container: the JVM names loopback
+    env = ["SPARK_LOCAL_IP=127.0.0.1", "SPARK_LOCAL_HOSTNAME=localhost"]
+    out = _ok(bundle.run_in_bundle(runtime_bundle, ["python", "-c", _S3A_CLASSES], env=env, timeout=300))
+    assert out.split()[-2:] == ["org.apache.hadoop.fs.s3a.S3AFileSystem",
+                                "org.apache.spark.internal.io.cloud.AbortableStreamBasedCheckpointFileManager"]
+
+
 def test_runtime_version_names_spark_and_the_recorded_connectors(runtime_bundle: Path) -> None:
     text = _ok(bundle.run_in_bundle(runtime_bundle, ["sluice-runtime", "--version"]))
     assert f"Spark {pairing.SPARK} " in text and "image: /opt/sluice/versions.json" in text
-    for artifact in pairing.ARTIFACTS:
+    for artifact in versions.RECORDED:  # the Kafka connector and the S3A set
         assert f"{artifact.artifact} {artifact.version}: " in text, (artifact.name, text)
     data = json.loads(_ok(bundle.run_in_bundle(runtime_bundle, ["sluice-runtime", "--version", "--output",
                                                                 "json"])))
     manifest = versions.from_json(data, source="sluice-runtime --version --output json")
     assert manifest.spark == pairing.SPARK and manifest.java and manifest.java.startswith("17.")
     assert manifest.scala and manifest.scala.startswith(f"{pairing.SCALA}.")
-    assert {c.name: c.version for c in manifest.connectors} == {a.name: a.version for a in pairing.ARTIFACTS}
+    assert {c.name: c.version for c in manifest.connectors} == {a.name: a.version for a in versions.RECORDED}
     assert versions.summary(manifest)["spark"] == pairing.SPARK
 
 
@@ -128,7 +175,7 @@ def test_runtime_ships_only_the_recorded_pairing(runtime_bundle: Path) -> None:
     manifest = json.loads(_ok(bundle.run_in_bundle(runtime_bundle, ["cat", "/opt/sluice/versions.json"])))
     added = {j["file"] for j in manifest["jars"]}
     assert added and added <= {j.file for j in jars}
-    assert {f"{a.artifact}-{a.version}.jar" for a in pairing.ARTIFACTS} <= added
+    assert {f"{a.artifact}-{a.version}.jar" for a in versions.RECORDED} <= added
 
 
 def test_runtime_root_is_read_only_and_tmp_writable(runtime_bundle: Path) -> None:

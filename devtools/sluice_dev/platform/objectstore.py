@@ -68,9 +68,6 @@ JVM_OPTS = ("-Xmx256m", "-Xms64m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1"
 READY_TIMEOUT = 60.0
 
 S3A_COMPONENT = "spark-s3a"
-#: jars of the S3A set that PySpark covers under another name: its ``jcl-over-slf4j`` carries
-#: the ``org.apache.commons.logging`` classes
-S3A_COVERED = ("commons-logging",)
 
 _POM = """\
 <?xml version="1.0" encoding="UTF-8"?>
@@ -132,6 +129,25 @@ def s3a_pom() -> str:
     )
 
 
+#: the committed POM of the runtime image's S3A stage (:func:`s3a_image_pom`'s text; a unit test
+#: compares), relative to the repository root
+S3A_IMAGE_POM = "runtime-image/s3a-connector/pom.xml"
+
+
+def s3a_image_pom() -> str:
+    """The text of :data:`S3A_IMAGE_POM`: the dependencies of :func:`s3a_pom` (``runtime-image/Dockerfile``
+    resolves it in its ``s3a-connector`` stage)."""
+    return sparkjars.render_pom(
+        "dev.sluice.image",
+        "The S3A jars (s3a:// checkpoints) for the runtime image, rendered from sluice_runtime/pairing.py\n"
+        "     S3A_ARTIFACTS by sluice_dev.platform.objectstore.s3a_image_pom() (a unit test compares): edit\n"
+        "     the record, not this. runtime-image/Dockerfile resolves it with\n"
+        "     `mvn dependency:copy-dependencies` against Maven's default repository.",
+        artifacts=pairing.S3A_ARTIFACTS,
+        artifact_id="spark-s3a-jars",
+    )
+
+
 def s3a_key() -> str:
     """12 hex digits of :func:`s3a_pom`: a changed set gets a new cache directory."""
     return hashlib.sha256(s3a_pom().encode()).hexdigest()[:12]
@@ -158,9 +174,7 @@ def provision_s3a(log: Callable[[str], object] = print) -> Path:
             )
 
     def finish(staging: Path, log_path: Path) -> str:
-        shipped = sparkjars.artifact_versions(sparkjars.pyspark_jars_dir())
-        shipped.update({name: "(covered)" for name in S3A_COVERED})
-        kept, substituted = sparkjars.drop_shipped(staging, shipped, log_path)
+        kept, substituted = sparkjars.drop_shipped(staging, sparkjars.pyspark_jars_dir(), log_path)
         for needed in (f"hadoop-aws-{pairing.HADOOP}.jar", f"s3-{pairing.AWS_SDK}.jar"):
             if needed not in kept:
                 raise PlatformError(S3A_COMPONENT, f"{needed} missing after resolution", log_path)

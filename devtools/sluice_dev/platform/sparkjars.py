@@ -4,8 +4,9 @@ The jars are resolved with Maven (``dependency:copy-dependencies``, runtime scop
 ``~/.cache/sluice/spark-kafka-<SPARK_VERSION>-<pairing key>/jars`` and handed to Spark with
 ``spark.jars``, so a test or a local query never resolves packages at run time (no
 ``spark.jars.packages``, no Ivy). Every jar that PySpark's own ``pyspark/jars`` already ships (by
-artifact id, whatever the version) is left out, so that the classpath holds one copy of each
-library.
+artifact id, whatever the version) or covers under another name is left out, so that the classpath
+holds one copy of each library: :func:`drop_shipped`, by the rule the runtime image's build applies
+too (:mod:`sluice_runtime.jarset`).
 
 Which artifacts and versions: :mod:`sluice_runtime.pairing`, the one record the runtime image
 follows too. Its POM (``runtime-image/kafka-connector/pom.xml``) is :func:`image_pom`'s text (a
@@ -21,7 +22,7 @@ import re
 from collections.abc import Callable
 from pathlib import Path
 
-from sluice_runtime import pairing
+from sluice_runtime import jarset, pairing
 
 from sluice_dev.platform.common import PlatformError, cache_dir, provision_maven_jars
 
@@ -149,7 +150,7 @@ def provision(log: Callable[[str], object] = print) -> Path:
             )
 
     def finish(staging: Path, log_path: Path) -> str:
-        kept, substituted = drop_shipped(staging, artifact_versions(pyspark_jars_dir()), log_path)
+        kept, substituted = drop_shipped(staging, pyspark_jars_dir(), log_path)
         if not any(name.startswith(f"spark-sql-kafka-0-10_{SCALA}-") for name in kept):
             raise PlatformError(COMPONENT, "spark-sql-kafka-0-10 jar missing after resolution", log_path)
         if substituted:
@@ -168,23 +169,26 @@ def provision(log: Callable[[str], object] = print) -> Path:
     )
 
 
-def drop_shipped(staging: Path, shipped: dict[str, str], log_path: Path) -> tuple[list[str], list[str]]:
-    """Delete the jars PySpark already ships (any version); return the kept names and substitutions."""
+def drop_shipped(staging: Path, spark_jars: Path, log_path: Path) -> tuple[list[str], list[str]]:
+    """Delete the jars that the jars in ``spark_jars`` (PySpark's) ship or cover, whatever the
+    version (the image's rule too: :func:`sluice_runtime.jarset.decide`); return the kept names
+    and the substitutions (``"artifact resolved->shipped"``, ``"artifact resolved->other shipped"``)."""
     kept: list[str] = []
     substituted: list[str] = []
+    decisions = jarset.decide((p.name for p in staging.glob("*.jar")),
+                              (p.name for p in spark_jars.glob("*.jar")))
     with open(log_path, "a") as report:
-        for jar in sorted(staging.glob("*.jar")):
-            match = _JAR_NAME.match(jar.name)
-            artifact = match["artifact"] if match else jar.stem
-            if artifact in shipped:
-                version = match["version"] if match else "?"
-                report.write(f"skip {jar.name}: pyspark ships {artifact}-{shipped[artifact]}\n")
-                if version != shipped[artifact]:
-                    substituted.append(f"{artifact} {version}->{shipped[artifact]}")
-                jar.unlink()
-            else:
-                report.write(f"keep {jar.name}\n")
-                kept.append(jar.name)
+        for decision in decisions:
+            report.write(decision.describe() + "\n")
+            if decision.present is None:
+                kept.append(decision.file)
+                continue
+            jar, shipped = jarset.parse_jar(decision.file), decision.present
+            if jar is not None and jar.artifact != shipped.artifact:
+                substituted.append(f"{jar.artifact} {jar.version}->{shipped.artifact} {shipped.version}")
+            elif jar is not None and jar.version != shipped.version:
+                substituted.append(f"{jar.artifact} {jar.version}->{shipped.version}")
+            (staging / decision.file).unlink()
     return kept, substituted
 
 

@@ -9,7 +9,8 @@ from pathlib import Path
 
 from sluice.operator.builders.context import RUN_AS_USER, default_image
 from sluice_dev.images import bundle, spec
-from sluice_dev.platform import sparkjars
+from sluice_dev.platform import objectstore, sparkjars
+from sluice_runtime import pairing
 
 from tests.support import paths
 
@@ -120,6 +121,29 @@ def test_connector_pom_is_rendered_from_the_pairing_record() -> None:
         return pom[pom.index("<dependencies>"):pom.index("</dependencies>")]
 
     assert dependencies(committed) == dependencies(sparkjars.render_pom())  # the dev platform's
+
+
+def test_s3a_pom_is_rendered_from_the_pairing_record() -> None:
+    committed = (REPO / objectstore.S3A_IMAGE_POM).read_text()
+    assert committed == objectstore.s3a_image_pom(), (
+        f"{objectstore.S3A_IMAGE_POM} departs from sluice_runtime/pairing.py S3A_ARTIFACTS; regenerate it: "
+        ".venv/bin/python -c 'from sluice_dev.platform import objectstore; "
+        f"print(objectstore.s3a_image_pom(), end=\"\")' > {objectstore.S3A_IMAGE_POM}"
+    )
+
+    def dependencies(pom: str) -> str:
+        return pom[pom.index("<dependencies>"):pom.index("</dependencies>")]
+
+    assert dependencies(committed) == dependencies(objectstore.s3a_pom())  # the dev platform's
+    for artifact in pairing.S3A_ARTIFACTS:
+        version = f"      <version>{artifact.version}</version>"
+        assert f"<artifactId>{artifact.artifact}</artifactId>\n{version}" in committed
+    # the runtime image resolves it in a stage of its own and adds the jars by the shared rule
+    dockerfile = (REPO / spec.RUNTIME.dockerfile).read_text()
+    assert f"COPY {objectstore.S3A_IMAGE_POM} /build/pom.xml" in dockerfile
+    assert "COPY --from=s3a-connector /build/jars /build/s3a-connector" in dockerfile
+    assert re.search(r"RUN python /build/jarset.py .*\s+/build/kafka-connector /build/s3a-connector\n",
+                     dockerfile)
 
 
 def test_chart_starts_the_operator_image_as_its_user() -> None:

@@ -122,7 +122,10 @@ def test_outside_an_image_the_jars_come_from_sluice_jars(tmp_path: Path) -> None
     assert [j.file for j in found.jars] == [
         "kafka-clients-3.9.1.jar", f"{_KAFKA}-4.2.0.jar", f"{_TOKEN}-4.0.0.jar"]
     shipped = {c.name: (c.version, c.recorded) for c in found.connectors}
-    assert shipped == {"kafka": ("4.2.0", "4.2.0"), "kafka-token-provider": ("4.0.0", "4.2.0")}
+    assert {name: shipped.pop(name) for name in ("kafka", "kafka-token-provider")} == {
+        "kafka": ("4.2.0", "4.2.0"), "kafka-token-provider": ("4.0.0", "4.2.0")}
+    # the S3A set is recorded too; no jar of it here
+    assert shipped == {a.name: (None, a.version) for a in pairing.S3A_ARTIFACTS}
     text = versions.render_text(found)
     assert "(not an image: no " in text.splitlines()[0]
     assert f"{_TOKEN} 4.0.0 (recorded 4.2.0)" in text
@@ -132,7 +135,14 @@ def test_outside_an_image_the_jars_come_from_sluice_jars(tmp_path: Path) -> None
 def _spark_jars(*extra: str) -> tuple[versions.Jar, ...]:
     return versions.parse_jars([
         f"spark-core_{pairing.SCALA}-{pairing.SPARK}.jar", "scala-library-2.13.18.jar",
-        *(f"{a.artifact}-{a.version}.jar" for a in pairing.ARTIFACTS), *extra])
+        f"hadoop-client-api-{pairing.HADOOP}.jar",
+        *(f"{a.artifact}-{a.version}.jar" for a in versions.RECORDED), *extra])
+
+
+def test_the_record_the_image_follows_is_the_kafka_connector_and_the_s3a_set() -> None:
+    assert versions.RECORDED == (*pairing.ARTIFACTS, *pairing.S3A_ARTIFACTS)
+    assert len({a.name for a in versions.RECORDED}) == len(versions.RECORDED)
+    assert len({a.artifact for a in versions.RECORDED}) == len(versions.RECORDED)
 
 
 def test_pairing_problems_name_unrecorded_pairings() -> None:
@@ -154,15 +164,24 @@ def test_pairing_problems_name_unrecorded_pairings() -> None:
     missing = [j for j in _spark_jars() if j.artifact != _KAFKA]
     assert versions.pairing_problems(missing, pairing.SPARK) == [
         f"{_KAFKA}: ships no jar, recorded {pairing.by_name('kafka').version}"]
+    # the S3A set: hadoop-aws needs the Hadoop PySpark ships; spark-hadoop-cloud is recorded below Spark
+    no_s3 = [j for j in _spark_jars() if j.artifact != "s3"]
+    assert versions.pairing_problems(no_s3, pairing.SPARK) == [
+        f"s3: ships no jar, recorded {pairing.AWS_SDK}"]
+    other_hadoop = [j for j in _spark_jars() if j.artifact != "hadoop-client-api"]
+    other_hadoop += versions.parse_jars(["hadoop-client-api-3.4.1.jar"])
+    assert versions.pairing_problems(other_hadoop, pairing.SPARK) == [
+        f"hadoop-client-api: ships 3.4.1, the record says Hadoop {pairing.HADOOP}"]
 
 
 def test_image_manifest_collects_the_jars_directory(tmp_path: Path) -> None:
     for jar in _spark_jars("kafka-clients-3.9.1.jar"):
         (tmp_path / jar.file).write_bytes(b"")
-    added = ["kafka-clients-3.9.1.jar", *(f"{a.artifact}-{a.version}.jar" for a in pairing.ARTIFACTS)]
+    added = ["kafka-clients-3.9.1.jar", *(f"{a.artifact}-{a.version}.jar" for a in versions.RECORDED)]
     manifest = image_manifest.collect(tmp_path, added, spark=pairing.SPARK, java="17.0.15")
     assert manifest.image and manifest.scala == "2.13.18" and manifest.java == "17.0.15"
-    assert {c.name: c.version for c in manifest.connectors} == {a.name: a.version for a in pairing.ARTIFACTS}
+    assert {c.name: c.version for c in manifest.connectors} == {a.name: a.version for a in versions.RECORDED}
+    assert {"hadoop-aws", "aws-sdk-s3", "hadoop-cloud"} <= {c.name for c in manifest.connectors}
     assert sorted(j.file for j in manifest.jars) == sorted(added)
     assert versions.from_json(json.loads(json.dumps(manifest.to_json())), source="m").connectors == (
         manifest.connectors)
@@ -182,9 +201,11 @@ def test_java_version_is_read_from_the_jvms_settings(tmp_path: Path) -> None:
 def test_cli_version_prints_text_or_json(capsys: pytest.CaptureFixture[str]) -> None:
     assert cli.main(["--version"]) == 0
     out = capsys.readouterr().out
-    assert out.startswith("sluice-runtime ") and f"connectors (record: Spark {pairing.SPARK}" in out
+    assert out.startswith("sluice-runtime ")
+    assert f"connectors (record: Spark {pairing.SPARK}, Hadoop {pairing.HADOOP}, " in out
+    assert "  hadoop-aws " in out and f" spark-hadoop-cloud_{pairing.SCALA} " in out
     assert cli.main(["--version", "--output", "json"]) == 0
     data = json.loads(capsys.readouterr().out)
     assert data["format"] == versions.FORMAT and data["image"] is False
-    assert [c["name"] for c in data["connectors"]] == [a.name for a in pairing.ARTIFACTS]
+    assert [c["name"] for c in data["connectors"]] == [a.name for a in versions.RECORDED]
     assert "--version" in cli.build_parser().format_help()
