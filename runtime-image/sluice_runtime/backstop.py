@@ -5,7 +5,8 @@
 the plan's state signature to ``<checkpoint>/sluice/state.json`` when a checkpoint is first used
 (by create-and-rename, as Spark writes its own files: a checkpoint epoch shares its files with the
 epoch it was linked from by hard links, so a file is never rewritten in place).
-Only plain files are read (local or mounted volume paths).
+Files are read through the checkpoint's store (:mod:`sluice_runtime.checkpointstore`: a volume
+path, or an ``s3a://`` prefix).
 
 A recorded signature of another version than this runtime's
 (:data:`sluice.core.classify.backstop.SIGNATURE_VERSION`, recorded in the file), or one that cannot
@@ -18,7 +19,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 from pathlib import Path
 from typing import Any
 
@@ -32,41 +32,39 @@ from sluice.core.classify.backstop import (
 )
 from sluice.core.plan.model import Plan
 
+from sluice_runtime import checkpointstore as cs
+
 log = logging.getLogger(__name__)
 
 SIGNATURE_FILE = Path("sluice") / "state.json"
 
 
-def _latest_offsets(root: Path) -> Path | None:
-    offsets = root / "offsets"
-    if not offsets.is_dir():
-        return None
-    batches = [p for p in offsets.iterdir() if p.name.isdigit()]
-    return max(batches, key=lambda p: int(p.name)) if batches else None
+def _latest_offsets(root: str | Path) -> str | None:
+    batches = [int(n) for n in cs.store_for(root).names(cs.join(root, "offsets")) if n.isdigit()]
+    return cs.join(root, "offsets", str(max(batches))) if batches else None
 
 
 def read_facts(checkpoint: str | Path) -> CheckpointFacts:
-    root = Path(checkpoint)
+    root, store = checkpoint, cs.store_for(checkpoint)
     facts = CheckpointFacts()
     latest = _latest_offsets(root)
-    if latest is not None:
-        lines = latest.read_text(encoding="utf-8").splitlines()
+    text = store.read(latest) if latest is not None else None
+    if text is not None:
+        lines = text.decode("utf-8").splitlines()
         if len(lines) > 1:
             meta: dict[str, Any] = json.loads(lines[1])
             facts.conf = {str(k): str(v) for k, v in (meta.get("conf") or {}).items()}
-    state = root / "state"
-    if state.is_dir():
-        for op_dir in sorted((p for p in state.iterdir() if p.name.isdigit()), key=lambda p: int(p.name)):
-            meta_file = op_dir / "_metadata" / "metadata"
-            name, stores = "unknown", []
-            if meta_file.is_file():
-                lines = meta_file.read_text(encoding="utf-8").splitlines()
-                if len(lines) > 1:
-                    info = json.loads(lines[1])
-                    name = info.get("operatorInfo", {}).get("operatorName", "unknown")
-                    stores = [s.get("storeName", "") for s in info.get("stateStoreInfo", [])]
-            facts.operators.append(StateOperator(operator_id=int(op_dir.name), name=name, stores=stores))
-    if (root / SIGNATURE_FILE).is_file():
+    for op in sorted(int(n) for n in store.names(cs.join(root, "state")) if n.isdigit()):
+        data = store.read(cs.join(root, "state", str(op), "_metadata", "metadata"))
+        name, stores = "unknown", []
+        if data is not None:
+            lines = data.decode("utf-8").splitlines()
+            if len(lines) > 1:
+                info = json.loads(lines[1])
+                name = info.get("operatorInfo", {}).get("operatorName", "unknown")
+                stores = [s.get("storeName", "") for s in info.get("stateStoreInfo", [])]
+        facts.operators.append(StateOperator(operator_id=op, name=name, stores=stores))
+    if store.exists(cs.join(root, str(SIGNATURE_FILE))):
         facts.signature = _signature(root)
         if facts.signature is None:
             log.warning("checkpoint %s: its state signature cannot be read: not compared", root)
@@ -76,7 +74,7 @@ def read_facts(checkpoint: str | Path) -> CheckpointFacts:
 def _signature(checkpoint: str | Path) -> dict[str, Any] | None:
     """The recorded signature, of any version (None: none, or not a JSON object)."""
     try:
-        data = json.loads((Path(checkpoint) / SIGNATURE_FILE).read_text(encoding="utf-8"))
+        data = json.loads(cs.store_for(checkpoint).read(cs.join(checkpoint, str(SIGNATURE_FILE))) or b"")
     except (OSError, ValueError):
         return None
     return data if isinstance(data, dict) else None
@@ -105,12 +103,11 @@ def recorded_engine(checkpoint: str | Path) -> str | None:
 
 def record(checkpoint: str | Path, plan: Plan, engine: str = "") -> None:
     """Write the plan's state signature (and the engine it starts on, when known) into the epoch."""
-    path = Path(checkpoint) / SIGNATURE_FILE
-    path.parent.mkdir(parents=True, exist_ok=True)
-    staging = path.with_name(f".{path.name}.tmp")
     signature = {**state_signature(plan), **({"engine": engine} if engine else {})}
-    staging.write_text(json.dumps(signature, indent=2, sort_keys=True), encoding="utf-8")
-    os.replace(staging, path)  # a new inode: the epoch this one was linked from keeps its own
+    # by create-and-rename on a volume (a new inode: the epoch this one was linked from keeps its
+    # own), one PUT on an object store
+    cs.store_for(checkpoint).write(cs.join(checkpoint, str(SIGNATURE_FILE)),
+                                   json.dumps(signature, indent=2, sort_keys=True).encode("utf-8"))
 
 
 def verify(checkpoint: str | Path, plan: Plan) -> list[str]:

@@ -7,7 +7,12 @@ command line wins over its variable. Spark settings pinned by the plan always wi
 flag                  variable                  default
 ====================  ========================  ========================================
 --plan                SLUICE_PLAN               (required) path of the plan JSON
---checkpoint          SLUICE_CHECKPOINT         (required) checkpoint directory
+--checkpoint          SLUICE_CHECKPOINT         (required) checkpoint directory, or s3a://bucket/prefix
+(none)                SLUICE_S3_ENDPOINT, ...   with an s3a:// checkpoint: SLUICE_S3_ENDPOINT (none:
+                                                AWS), SLUICE_S3_PATH_STYLE, SLUICE_S3_REGION and
+                                                AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY (none: the
+                                                default chain) make S3A's settings
+                                                (``sluice_runtime.config.object_store_conf``)
 --bootstrap           SLUICE_BOOTSTRAP          (required) Kafka bootstrap servers
 --master              SLUICE_MASTER             local[2]
 --conf k=v            SLUICE_SPARK_CONF         Spark settings (comma or newline separated)
@@ -69,7 +74,13 @@ from sluice.core.replace import (
     PreviousVersionError,
 )
 
-from sluice_runtime.config import RunConfig, StartFromError, start_from_millis
+from sluice_runtime.config import (
+    ObjectStoreConfigError,
+    RunConfig,
+    StartFromError,
+    object_store_conf,
+    start_from_millis,
+)
 from sluice_runtime.kafka_security import KafkaSecurity, KafkaSecurityError, with_jvm_options
 from sluice_runtime.kafka_security import from_env as kafka_security_from_env
 
@@ -201,6 +212,10 @@ def resolve_config(args: argparse.Namespace, env: Mapping[str, str]) -> RunConfi
         raise ConfigError(f"missing {', '.join(missing)} (or SLUICE_PLAN/SLUICE_CHECKPOINT/SLUICE_BOOTSTRAP)")
     conf = parse_conf_items([env.get("SLUICE_SPARK_CONF", "")])
     conf.update(parse_conf_items(args.conf))
+    try:  # a checkpoint in an object store: S3A's settings from SLUICE_S3_* (flags and env win)
+        conf = {**object_store_conf(checkpoint, env), **conf}
+    except ObjectStoreConfigError as exc:
+        raise ConfigError(str(exc)) from None
     jars_text = pick(args.jars, "SLUICE_JARS", "")
     available_now = _flag_bool(args.available_now, env.get("SLUICE_AVAILABLE_NOW"))
     http_addr = pick(args.http_addr, "SLUICE_HTTP_ADDR", "0.0.0.0:8080")

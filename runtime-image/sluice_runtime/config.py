@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from sluice.core.replace import PreviousVersion
@@ -81,3 +82,52 @@ def start_from_options(text: str) -> dict[str, str]:
     if millis is None:
         return {"startingOffsets": EARLIEST}
     return {"startingTimestamp": str(millis), "startingOffsetsByTimestampStrategy": "latest"}
+
+
+#: the checkpoint file manager for object stores (``spark-hadoop-cloud``): an object appears only
+#: when its stream closes, and a failed write is aborted instead of leaving half a file; no rename
+OBJECT_STORE_CHECKPOINT_MANAGER = (
+    "org.apache.spark.internal.io.cloud.AbortableStreamBasedCheckpointFileManager")
+#: the credentials chain of S3A when no static keys are given: the AWS SDK's default chain
+#: (environment, web identity / workload identity, profile, container and instance metadata)
+DEFAULT_CREDENTIALS = "software.amazon.awssdk.auth.credentials.DefaultCredentialsProvider"
+#: with ``AWS_ACCESS_KEY_ID``/``AWS_SECRET_ACCESS_KEY`` set: those first, then the default chain
+ENV_CREDENTIALS = "software.amazon.awssdk.auth.credentials.EnvironmentVariableCredentialsProvider"
+
+
+class ObjectStoreConfigError(ValueError):
+    """Object-store settings that cannot be used."""
+
+
+def object_store_conf(checkpoint: str, env: Mapping[str, str] | None) -> dict[str, str]:
+    """The Spark settings of a checkpoint in an object store, from the environment the operator
+    sets (``SLUICE_S3_ENDPOINT``: absent = AWS; ``SLUICE_S3_PATH_STYLE``: ``true``/``false``,
+    default false; ``SLUICE_S3_REGION``; ``AWS_ACCESS_KEY_ID``/``AWS_SECRET_ACCESS_KEY``: absent =
+    the default credentials chain). {} for a checkpoint on a volume.
+
+    The keys themselves are never copied into Spark's settings: S3A reads them from the
+    environment through the SDK's provider, so they do not appear in Spark's configuration dumps."""
+    if not checkpoint.startswith("s3a://"):
+        return {}
+    env = env or {}
+    out = {
+        "spark.hadoop.fs.s3a.impl": "org.apache.hadoop.fs.s3a.S3AFileSystem",
+        "spark.sql.streaming.checkpointFileManagerClass": OBJECT_STORE_CHECKPOINT_MANAGER,
+    }
+    endpoint = (env.get("SLUICE_S3_ENDPOINT") or "").strip()
+    if endpoint:
+        out["spark.hadoop.fs.s3a.endpoint"] = endpoint
+        out["spark.hadoop.fs.s3a.connection.ssl.enabled"] = str(not endpoint.startswith("http://")).lower()
+    path_style = (env.get("SLUICE_S3_PATH_STYLE") or "false").strip().lower()
+    if path_style not in ("true", "false"):
+        raise ObjectStoreConfigError(f"SLUICE_S3_PATH_STYLE must be true or false, got {path_style!r}")
+    out["spark.hadoop.fs.s3a.path.style.access"] = path_style
+    region = (env.get("SLUICE_S3_REGION") or "").strip()
+    if region:
+        out["spark.hadoop.fs.s3a.endpoint.region"] = region
+    has_key, has_secret = bool(env.get("AWS_ACCESS_KEY_ID")), bool(env.get("AWS_SECRET_ACCESS_KEY"))
+    if has_key != has_secret:
+        raise ObjectStoreConfigError("AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY go together")
+    out["spark.hadoop.fs.s3a.aws.credentials.provider"] = (
+        f"{ENV_CREDENTIALS},{DEFAULT_CREDENTIALS}" if has_key else DEFAULT_CREDENTIALS)
+    return out

@@ -23,6 +23,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from sluice_runtime import checkpointstore as cs
+
 log = logging.getLogger(__name__)
 
 
@@ -99,41 +101,42 @@ class BatchGate:
             self._cond.notify_all()
 
 
-def _batch_ids(directory: Path) -> list[int]:
-    if not directory.is_dir():
-        return []
-    return sorted(int(p.name) for p in directory.iterdir() if p.name.isdigit())
+def _batch_ids(directory: str | Path) -> list[int]:
+    """The batch ids of a metadata log directory (``offsets/``, ``commits/``), on a volume or in
+    an object store (:mod:`sluice_runtime.checkpointstore`)."""
+    names = cs.store_for(directory).names(str(directory))
+    return sorted(int(n) for n in names if n.isdigit())
 
 
 def last_commit(checkpoint: str | Path) -> int | None:
-    ids = _batch_ids(Path(checkpoint) / "commits")
+    ids = _batch_ids(cs.join(checkpoint, "commits"))
     return ids[-1] if ids else None
 
 
 def last_offsets(checkpoint: str | Path) -> int | None:
-    ids = _batch_ids(Path(checkpoint) / "offsets")
+    ids = _batch_ids(cs.join(checkpoint, "offsets"))
     return ids[-1] if ids else None
 
 
 def wait_for_commit(checkpoint: str | Path, batch_id: int, timeout: float = 60.0) -> bool:
     deadline = time.monotonic() + timeout
-    path = Path(checkpoint) / "commits" / str(batch_id)
+    store, path = cs.store_for(checkpoint), cs.join(checkpoint, "commits", str(batch_id))
     while time.monotonic() < deadline:
-        if path.exists():
+        if store.exists(path):
             return True
         time.sleep(0.05)
-    return path.exists()
+    return store.exists(path)
 
 
 def roll_back_unstarted(checkpoint: str | Path) -> list[int]:
     """Remove ``offsets/N`` (and its checksum) for batches after the last commit."""
-    root = Path(checkpoint)
-    committed = last_commit(root)
+    store = cs.store_for(checkpoint)
+    committed = last_commit(checkpoint)
     removed = []
-    for batch in _batch_ids(root / "offsets"):
+    for batch in _batch_ids(cs.join(checkpoint, "offsets")):
         if committed is None or batch > committed:
-            for p in (root / "offsets" / str(batch), root / "offsets" / f".{batch}.crc"):
-                p.unlink(missing_ok=True)
+            for name in (str(batch), f".{batch}.crc"):
+                store.delete(cs.join(checkpoint, "offsets", name))
             removed.append(batch)
     return removed
 

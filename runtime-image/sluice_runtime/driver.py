@@ -8,7 +8,8 @@ checkpoint directly, as it always did. With one, every driver of a query runs :f
    ``/readyz`` 200 "standby: warm";
 2. wait for the Lease (:class:`~sluice_runtime.elector.Elector`): released, expired, or its
    holder's process gone;
-3. *active*: make the checkpoint epoch (hard links, :mod:`sluice_runtime.epochs`; a restore
+3. *active*: make the checkpoint epoch (hard links on a volume, a claim and server-side copies on
+   an object store: :mod:`sluice_runtime.epochs`; a restore
    request, a backstop and the check of the checkpoint: :mod:`sluice_runtime.startpoint`),
    initialise the exactly-once producer (fences the old one), start the queries; record the
    takeover gap; report progress with the renewals (:mod:`sluice_runtime.reports`);
@@ -419,7 +420,7 @@ def _run_term(config: RunConfig, prepared: Prepared, state: RuntimeState, drain_
     try:
         start = prepare_start(config.checkpoint, leadership.epoch, plan, plan_hash, leadership.previous_plan,
                               leadership.annotations, reports.now_rfc3339(), engine=config.engine,
-                              previous_engine=leadership.previous_engine)
+                              previous_engine=leadership.previous_engine, holder=state.identity)
         elector.report(start.annotations())
         checkpoint, source = start.checkpoint, start.source
         before = epochs.last_commit_time(source) if source else None

@@ -17,6 +17,7 @@ Version N's checkpoint is only read, never written: a rollback resumes it as it 
 from __future__ import annotations
 
 import logging
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -29,6 +30,7 @@ from sluice.core.replace import (
     starting_offsets,
 )
 
+from sluice_runtime import checkpointstore as cs
 from sluice_runtime import epochs
 from sluice_runtime.drain import last_commit
 from sluice_runtime.frames import source_topics
@@ -46,21 +48,24 @@ class HandOffError(RuntimeError):
 class HandOffStart:
     """Where the new version's sources start."""
 
-    checkpoint: Path | None  # the previous version's newest epoch (None: it never ran)
+    checkpoint: str | Path | None  # the previous version's newest epoch (None: it never ran)
     batch: int | None  # the last batch of the previous version with output
     offsets: dict[str, str] = field(default_factory=dict)  # topic -> startingOffsets JSON
     missing: list[str] = field(default_factory=list)  # topics that start as the plan says
 
 
-def newest_checkpoint(base: str | Path) -> Path | None:
-    """The previous version's live checkpoint: its newest epoch, else a checkpoint at the base."""
+def newest_checkpoint(base: str | Path) -> str | Path | None:
+    """The previous version's live checkpoint: its newest epoch (on an object store: its newest
+    ready one), else a checkpoint at the base."""
+    if cs.is_object_store(base):
+        return epochs.source_of(base, sys.maxsize)
     numbers = epochs.epochs(base)
     if numbers:
         return epochs.epoch_dir(base, numbers[-1])
     return Path(base) if (Path(base) / "metadata").is_file() else None
 
 
-def fence_and_read_marker(previous: PreviousVersion, checkpoint: Path, bootstrap: str,
+def fence_and_read_marker(previous: PreviousVersion, checkpoint: str | Path, bootstrap: str,
                           security: KafkaSecurity) -> int | None:
     """Fence the previous version's transactional id, then read its commit marker (offset): what
     a restarted driver of that version does, with its own exactly-once sink."""
@@ -93,9 +98,12 @@ def hand_off_start(previous: PreviousVersion, plan: Plan, bootstrap: str,
         log.warning("replace: version %s committed no batch; sources start as the plan says",
                     previous.version)
         return HandOffStart(checkpoint, None, missing=source_topics(plan))
-    log_file = checkpoint / "offsets" / str(batch)
+    log_file = cs.join(checkpoint, "offsets", str(batch))
     try:
-        committed = merged_offsets(parse_offsets_log(log_file.read_text(encoding="utf-8")))
+        data = cs.store_for(checkpoint).read(log_file)
+        if data is None:
+            raise FileNotFoundError(f"{log_file} does not exist")
+        committed = merged_offsets(parse_offsets_log(data.decode("utf-8")))
     except (OSError, ValueError) as exc:
         raise HandOffError(f"version {previous.version}: cannot read {log_file}: {exc}") from exc
     offsets, missing = starting_offsets(source_topics(plan), committed)

@@ -52,8 +52,19 @@ def marker_group(query_id: str, checkpoint_id: str, consumer_group: str | None =
 
 def checkpoint_id(checkpoint: str | Path) -> str:
     """The Spark query id recorded in the checkpoint (stable across restarts)."""
-    meta = Path(checkpoint) / "metadata"
-    return str(json.loads(meta.read_text().splitlines()[0])["id"])
+    from sluice_runtime import checkpointstore as cs
+
+    meta = cs.store_for(checkpoint).read(cs.join(checkpoint, "metadata"))
+    if meta is None:
+        raise FileNotFoundError(cs.join(checkpoint, "metadata"))
+    return str(json.loads(meta.decode("utf-8").splitlines()[0])["id"])
+
+
+def checkpoint_exists(checkpoint: str | Path) -> bool:
+    """Whether Spark started a query on the checkpoint (its ``metadata`` is there)."""
+    from sluice_runtime import checkpointstore as cs
+
+    return cs.store_for(checkpoint).exists(cs.join(checkpoint, "metadata"))
 
 
 def batch_rows(frame: DataFrame) -> Iterator[tuple[Any, Any]]:
@@ -130,7 +141,7 @@ class TransactionalSink:
         def run() -> None:
             try:
                 self.init()
-                if (Path(self.checkpoint) / "metadata").is_file():
+                if checkpoint_exists(self.checkpoint):
                     self._ensure_marker()
             except BaseException as exc:  # re-raised by the first write
                 self._start_error = exc

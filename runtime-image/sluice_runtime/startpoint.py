@@ -37,6 +37,8 @@ log = logging.getLogger(__name__)
 
 CHECKPOINT_INCOMPATIBLE = "CheckpointIncompatible"
 BACKSTOP_MISSING = "BackstopMissing"
+#: another driver claimed this term's epoch on the object store (the term is lost)
+TERM_TAKEN = "CheckpointTermTaken"
 
 
 class StartRefused(RuntimeError):
@@ -50,8 +52,8 @@ class StartRefused(RuntimeError):
 
 @dataclass
 class StartPoint:
-    checkpoint: Path  # this term's epoch
-    source: Path | None  # what it was linked from
+    checkpoint: str | Path  # this term's epoch (an s3a:// URI on an object store)
+    source: str | Path | None  # what it was linked (copied) from
     backstop: Backstop | None = None  # the epoch kept before a switch of plan
     restored: RestoreRequest | None = None  # the restore request carried out
 
@@ -67,19 +69,24 @@ class StartPoint:
 
 def prepare_start(base: str | Path, epoch: int, plan: Plan, plan_hash: str, previous_plan: str,
                   lease_annotations: dict[str, str], time: str, *, engine: str = "",
-                  previous_engine: str = "") -> StartPoint:
+                  previous_engine: str = "", holder: str = "") -> StartPoint:
     """Make this term's checkpoint epoch and check it (raises :class:`StartRefused`). ``engine``:
-    the engine this driver runs on; a switch of engine keeps a backstop like a switch of plan."""
+    the engine this driver runs on; a switch of engine keeps a backstop like a switch of plan.
+    ``holder``: this driver's Lease identity (an object store's epoch is claimed in its name;
+    another driver's claim of the term refuses the start: ``TermTaken``)."""
     request = pending_restore(lease_annotations, plan_hash, engine)
-    override: Path | None = None
+    override: str | Path | None = None
     if request is not None:
-        override = epochs.epoch_dir(base, request.epoch)
-        if not override.is_dir():
+        override = epochs.epoch_at(base, request.epoch)
+        if not epochs.ready(base, request.epoch):
             raise StartRefused(BACKSTOP_MISSING, f"restore request {request.id}: checkpoint epoch "
                                f"{request.epoch} does not exist (kept: "
                                f"{[b.epoch for b in epochs.backstops(base)] or 'none'})")
         log.info("restore request %s: starting from checkpoint epoch %s", request.id, request.epoch)
-    checkpoint, source = epochs.prepare(base, epoch, source=override)
+    try:
+        checkpoint, source = epochs.prepare(base, epoch, source=override, holder=holder, time_text=time)
+    except epochs.TermTaken as taken:
+        raise StartRefused(TERM_TAKEN, str(taken)) from None
     start = StartPoint(checkpoint, source, restored=request)
     # the plan that ran on the source last: the one its signature names (a holder whose start was
     # refused left its plan on the Lease, not on the checkpoint), else the Lease's previous holder's

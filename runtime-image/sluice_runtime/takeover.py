@@ -34,7 +34,7 @@ class GapMeter:
     """Measures a takeover's gap from the checkpoint: the previous holder's last ``commits/N``
     to this holder's first ``commits/M`` (M > N), by their modification times."""
 
-    checkpoint: Path
+    checkpoint: str | Path  # this term's epoch (an s3a:// URI on an object store)
     before: tuple[int, float] | None
     acquired_at: float  # wall clock, used when the previous holder never committed
     gap: float | None = None
