@@ -305,7 +305,7 @@ def run_elected(
         try:
             prepared = prepare_pipeline(
                 spark, plan, bootstrap=config.bootstrap, query_id=query_id, security=config.kafka,
-                consumer_group=config.consumer_group, warm_up=warm_up,
+                consumer_group=config.consumer_group, warm_up=warm_up, checkpoint=config.checkpoint,
             )
         except Exception as exc:
             reports.report_exception(api, config.lease_namespace, pod, plan, state.plan_hash, reports.WARM_UP,
@@ -327,7 +327,7 @@ def run_elected(
                 nonlocal warmed
                 log.info("standby: warming up on the plan while another driver serves")
                 # the pod stays Ready ("standby"): readiness that flapped would disturb rollouts
-                took = warm_up_plan(prepared.ctx, cancel=cancel_warm_up)
+                took = warm_up_plan(prepared.ctx, cancel=cancel_warm_up, checkpoint=config.checkpoint)
                 warmed = True
                 record = elector.record()
                 log.info("standby: warmed up on the plan in %.1fs while %s serves%s", took,

@@ -159,6 +159,7 @@ def prepare_pipeline(
     consumer_group: str | None = None,
     warm_up: str = "none",
     start_from: str | None = None,
+    checkpoint: str | None = None,
 ) -> Prepared:
     """Build every step's DataFrame (Spark analyses each as it is built) and make sure the sink
     and dead-letter topics exist; then warm up as ``warm_up`` says (:data:`WARM_UP_MODES`), so
@@ -183,7 +184,7 @@ def prepare_pipeline(
     elif warm_up == "plan":
         from sluice_runtime.warmup import warm_up_plan
 
-        log.info("warm-up on the plan: %.1fs", warm_up_plan(ctx))
+        log.info("warm-up on the plan: %.1fs", warm_up_plan(ctx, checkpoint=checkpoint))
     return Prepared(plan=plan, ctx=ctx, frames=frames, query_id=query_id)
 
 

@@ -8,8 +8,9 @@ standby runs **the plan itself** once, before it waits for the Lease:
 
 * the plan's DataFrames are built a second time with the sources starting at the last
   ``records`` offsets of each partition (:func:`tail_offsets`), nothing before;
-* the query runs with ``availableNow`` on a scratch checkpoint in the temporary directory (never
-  the query's checkpoint, never its consumer group's offsets: Spark's source commits none);
+* the query runs with ``availableNow`` on a scratch checkpoint in the temporary directory, or
+  beside the query's checkpoint when that is in an object store (never the query's checkpoint,
+  never its consumer group's offsets: Spark's source commits none);
 * its output is read the way the sink reads it, and dropped: nothing is produced, no transaction
   is started, no producer fenced; dead-letter routes run the same way.
 
@@ -25,9 +26,11 @@ import shutil
 import tempfile
 import threading
 import time
+import uuid
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
+from sluice_runtime import checkpointstore
 from sluice_runtime.frames import build_frames, query_name, source_topics
 from sluice_runtime.kafka_security import KafkaSecurity, librdkafka_config
 from sluice_runtime.sink_exactly_once import batch_rows
@@ -71,15 +74,24 @@ def tail_offsets(bootstrap: str, security: KafkaSecurity, topics: Iterable[str],
         consumer.close()
 
 
+def scratch_location(checkpoint: str | None) -> str:
+    """Where a warm-up keeps its scratch checkpoint: the temporary directory; beside the query's
+    checkpoint (``<base>/warm-up/<random>``, never under ``epochs/``) when that is in an object
+    store, whose checkpoint file manager refuses a local path."""
+    if checkpoint is not None and checkpointstore.is_object_store(checkpoint):
+        return checkpointstore.join(checkpoint, "warm-up", uuid.uuid4().hex[:12])
+    return tempfile.mkdtemp(prefix="sluice-warm-up-")
+
+
 def warm_up_plan(ctx: BuildContext, *, timeout: float = WARM_TIMEOUT,
-                 cancel: threading.Event | None = None) -> float:
+                 cancel: threading.Event | None = None, checkpoint: str | None = None) -> float:
     """Run ``ctx.plan`` once over the tail of its sources on a scratch checkpoint (see the
-    module); return the seconds it took. ``cancel``: stop early when it is set (a standby that
-    warms up late takes over)."""
+    module; :func:`scratch_location` of the query's ``checkpoint``); return the seconds it took.
+    ``cancel``: stop early when it is set (a standby that warms up late takes over)."""
     spark, plan = ctx.spark, ctx.plan
     started = time.monotonic()
     topics = source_topics(plan)
-    scratch = tempfile.mkdtemp(prefix="sluice-warm-up-")
+    scratch = scratch_location(checkpoint)
     queries: list[Any] = []
     try:
         warm_ctx = BuildContext(spark=spark, plan=plan, bootstrap=ctx.bootstrap, query_id=ctx.query_id,
@@ -127,5 +139,15 @@ def warm_up_plan(ctx: BuildContext, *, timeout: float = WARM_TIMEOUT,
                     q.stop()
             except Exception as exc:  # stopping a failed query
                 log.debug("warm-up: stop: %s", exc)
-        shutil.rmtree(scratch, ignore_errors=True)
+        _remove(scratch)
     return time.monotonic() - started
+
+
+def _remove(scratch: str) -> None:
+    if not checkpointstore.is_object_store(scratch):
+        shutil.rmtree(scratch, ignore_errors=True)
+        return
+    try:
+        checkpointstore.store_for(scratch).delete_prefix(scratch)
+    except Exception as exc:  # scratch left behind: removed with the query's checkpoint
+        log.warning("warm-up: cannot remove its scratch checkpoint %s: %s", scratch, exc)

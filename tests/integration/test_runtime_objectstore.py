@@ -339,3 +339,62 @@ def test_a_runtime_on_an_s3a_checkpoint_drains_and_resumes_exactly_once_with_its
     assert measured["copied"] == sorted([*expected, "_ready", "_term"])
     print(f"epoch copy of the test's checkpoint: {measured['objects']} objects, {measured['bytes']} bytes: "
           f"listed in {measured['list_s']:.3f}s, copied in {measured['copy_s']:.3f}s")
+
+
+# --- the plan warm-up of a standby on an s3a:// checkpoint --------------------------------------
+
+def _warm_up(jars: list[str], env: dict[str, str], kafka: str, plan_json: str, checkpoint: str) -> list[str]:
+    """In a spawned process: a SparkSession as a driver makes it for an s3a:// checkpoint, the plan's
+    warm-up, and what the warm-up logged as a warning."""
+    import logging
+
+    os.environ.update(env)
+    os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
+    os.environ["PYSPARK_SUBMIT_ARGS"] = f"--jars {','.join(jars)} pyspark-shell"
+    from pyspark.sql import SparkSession
+    from sluice.core.plan.model import Plan
+    from sluice_runtime.config import object_store_conf
+    from sluice_runtime.pipeline import prepare_pipeline
+
+    warnings: list[str] = []
+
+    class Keep(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            warnings.append(record.getMessage())
+
+    logging.getLogger("sluice_runtime").addHandler(Keep(logging.WARNING))
+    builder = SparkSession.builder.master("local[2]").config("spark.ui.enabled", "false")
+    for key, value in object_store_conf(checkpoint, env).items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
+    try:
+        prepare_pipeline(spark, Plan.model_validate_json(plan_json), bootstrap=kafka, query_id=unique("warm"),
+                         warm_up="plan", checkpoint=checkpoint)
+    finally:
+        spark.stop()
+    return warnings
+
+
+def test_a_standby_warms_up_on_the_plan_beside_an_s3a_checkpoint_and_leaves_nothing(
+        objectstore: ObjectStore, s3a_jars: list[Path], spark_jars: list[Path], kafka: str) -> None:
+    """The abortable-stream checkpoint manager an s3a:// checkpoint needs refuses a local path, so
+    the warm-up's scratch checkpoint goes beside the query's (``<base>/warm-up/<random>``), and is
+    removed afterwards."""
+    src, out = unique("warm-src"), unique("warm-out")
+    create_topic(kafka, src)
+    create_topic(kafka, out)
+    produce(kafka, src, [{"customer": f"c{i % 3}"} for i in range(30)])
+    plan = plan_from_yaml(f"""\
+  sources: [{{name: orders, topic: {src}, schema: [{{name: customer, type: string}}]}}]
+  sql: "SELECT customer, count(*) AS n FROM orders GROUP BY customer"
+  sink: {{topic: {out}, outputMode: update, delivery: exactlyOnce}}
+""")
+    prefix = f"warm-{uuid.uuid4().hex[:8]}"
+    checkpoint = f"s3a://{objectstore.bucket}/{prefix}"
+    jars = [str(p) for p in [*spark_jars, *s3a_jars]]
+    context = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(max_workers=1, mp_context=context) as pool:
+        warnings = pool.submit(_warm_up, jars, s3_env(objectstore), kafka,
+                               plan.model_dump_json(by_alias=True), checkpoint).result(timeout=300)
+    assert not [w for w in warnings if "warm-up" in w], warnings
+    assert list(objectstore.client.keys(objectstore.bucket, f"{prefix}/")) == []
