@@ -159,7 +159,9 @@ def test_executors_created_by_spark_s_kubernetes_scheduler_run_a_stateful_query(
     src, out = f"{ns}-sales", f"{ns}-sales-per-shop"
     create_topics(cluster.bootstrap, src, out)
     cluster.apply(
-        cluster_doc(ns, cluster.bootstrap, executors=2,
+        # executors mount the state claim from any node: a ReadWriteMany claim (ReadWriteOnce is
+        # refused, spec.executors named)
+        cluster_doc(ns, cluster.bootstrap, executors=2, storage={"accessMode": "ReadWriteMany"},
                     executor={"requests": {"cpu": "250m", "memory": "512Mi"}}),
         query_doc(ns, "sales", {
             "sources": [{"name": "sales", "topic": src, "schema": [

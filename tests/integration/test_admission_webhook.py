@@ -148,6 +148,26 @@ def test_a_cluster_spec_the_model_refuses_names_the_field(hooked: Hooked) -> Non
             "error, 'soon' is not a duration such as 30s") in done.stderr
 
 
+def test_standbys_on_a_read_write_once_claim_are_warned_of_and_executors_refused(hooked: Hooked) -> None:
+    h = hooked
+    done = h.apply(h.query("standby", SQL, standbyReplicas=1), "--dry-run=server")
+    assert done.returncode == 0, done.stderr
+    assert ("Warning: storage.accessMode ReadWriteOnce keeps the driver and its 1 standby on the state "
+            "claim's node: a node loss takes all of them") in done.stderr
+    refused = h.apply(h.query("executors", SQL, resources={"executors": 2}), "--dry-run=server")
+    assert refused.returncode != 0
+    assert ("denied the request: spec.resources.executors: 2 executor pods mount the state claim from any "
+            "node") in refused.stderr
+    cluster = {"apiVersion": "sluice.dev/v1alpha1", "kind": "QueryCluster", "metadata": {"name": "exec"},
+               "spec": {"serviceId": "exec", "kafka": {"bootstrapServers": "k:9092"}, "executors": 1}}
+    refused = h.apply(cluster, "--dry-run=server")
+    assert refused.returncode != 0
+    assert "denied the request: spec.executors: 1 executor pod mounts" in refused.stderr
+    cluster["spec"]["storage"] = {"objectStore": {"uri": "s3a://checkpoints/sluice"}}
+    done = h.apply(cluster, "--dry-run=server")
+    assert done.returncode == 0, done.stderr
+
+
 def test_edits_of_a_pinned_plan_are_announced_or_refused(hooked: Hooked) -> None:
     h = hooked
     created = h.apply(h.query("views", SQL))
@@ -209,3 +229,4 @@ def test_with_the_webhook_gone_the_operator_refuses_a_bad_spec_in_status(hooked:
     assert degraded["status"] == "True" and degraded["reason"] == "CompileFailed"
     assert degraded["message"] == TYPO_ERROR
     assert h.k.list("Deployment", h.ns, "sluice.dev/query=typo") == []
+

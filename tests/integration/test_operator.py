@@ -127,7 +127,7 @@ def test_lifecycle_create_edit_suspend_resume(k: Kube, namespace: str, kafka: st
     assert st["phase"] == "Starting"  # no kubelet: the driver never becomes ready here
     assert len(st["plan"]["hash"]) == 64 and st["plan"]["version"] == 1
     assert {c["type"] for c in st["conditions"]} == {"Ready", "Progressing", "Degraded",
-                                                      "ReplanAvailable"}
+                                                      "ReplanAvailable", "NodeLossTolerant"}
     assert condition(st, "Degraded")["status"] == "False"
     assert st["identity"]["consumerGroup"] == f"it.{ns}.totals.v1"
     for kind in WORKLOAD_KINDS:

@@ -13,6 +13,7 @@ import json
 from typing import Any
 
 import pytest
+from sluice.operator.builders.driver import tolerations
 from sluice.operator.cluster import reconcile_cluster
 from sluice.operator.env import Stop
 from sluice.operator.kube import KubeError
@@ -55,7 +56,8 @@ def pod_spec_of(w: World) -> dict[str, Any]:
 
 def test_templates_reach_the_driver_deployment_and_its_pods(world: World) -> None:
     w = world
-    w.edit_cluster(podTemplate=CLUSTER_TEMPLATE, executors=1)
+    # executors mount the state claim from any node: a ReadWriteMany claim (ReadWriteOnce is refused)
+    w.edit_cluster(podTemplate=CLUSTER_TEMPLATE, executors=1, storage={"accessMode": "ReadWriteMany"})
     w.add_query(podTemplate=QUERY_TEMPLATE)
     # the API server kept both templates whole (the schema prunes nothing of them)
     cluster = w.k.get("QueryCluster", w.ns, "default")
@@ -69,10 +71,10 @@ def test_templates_reach_the_driver_deployment_and_its_pods(world: World) -> Non
     assert labels["sluice.dev/query"] == "totals" and labels["app.kubernetes.io/component"] == "driver"
     assert template["metadata"]["annotations"]["owner"] == "platform"
     assert spec["nodeSelector"] == {"node-pool": "streaming", "disk": "ssd"}
-    assert spec["tolerations"] == [POOL]
+    assert spec["tolerations"] == [*tolerations(), POOL]  # after the operator's own (a lost node)
     assert spec["imagePullSecrets"] == [{"name": "registry-credentials"}]
     assert spec["topologySpreadConstraints"] == QUERY_TEMPLATE["driver"]["spec"]["topologySpreadConstraints"]
-    assert spec["affinity"]["podAffinity"]  # the operator's: every driver beside the state claim
+    assert spec["affinity"]["podAntiAffinity"]  # the operator's: the drivers spread over nodes
     assert spec["serviceAccountName"] == "totals-spark"
     # the engine pinned in the status carries the cluster's template
     assert w.status()["engine"]["podTemplate"] == CLUSTER_TEMPLATE
@@ -152,7 +154,8 @@ def test_a_cluster_template_reaches_a_running_query_through_its_rollout(world: W
     roll_fleet(w.env, cluster)
     reconcile_query(w.env, w.current())
     spec = pod_spec_of(w)
-    assert spec["nodeSelector"] == {"node-pool": "streaming"} and spec["tolerations"] == [POOL]
+    assert spec["nodeSelector"] == {"node-pool": "streaming"}
+    assert spec["tolerations"] == [*tolerations(), POOL]
     assert w.status()["rollout"]["targetEngine"]["podTemplate"]["driver"]["spec"]["tolerations"] == [POOL]
 
 
@@ -162,5 +165,5 @@ def test_a_query_template_edit_updates_the_drivers_at_once(world: World) -> None
     reconcile_query(w.env, w.current())
     plan = w.status()["plan"]
     reconcile_query(w.env, w.edit(podTemplate={"driver": {"spec": {"tolerations": [POOL]}}}))
-    assert pod_spec_of(w)["tolerations"] == [POOL]
+    assert pod_spec_of(w)["tolerations"] == [*tolerations(), POOL]
     assert w.status()["plan"] == plan  # the same plan, the same version

@@ -53,7 +53,7 @@ def test_create_pins_plan_then_builds_workload(world: World) -> None:
     assert "rollout" not in status
     assert status["identity"]["consumerGroup"] == f"shop.{w.ns}.totals.v1"
     assert {c["type"] for c in status["conditions"]} == {"Ready", "Progressing", "Degraded",
-                                                          "ReplanAvailable"}
+                                                          "ReplanAvailable", "NodeLossTolerant"}
     assert w.topic_partitions() == {w.topic: 1}
     assert w.reasons() == ["TopicCreated", "PlanPinned", "WorkloadCreated"]
     # write-ahead: the first status patch carried the rollout before any object was created

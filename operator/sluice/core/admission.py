@@ -189,14 +189,16 @@ def compile_target(status: Mapping[str, Any]) -> CompileTarget:
 
 def review_query(operation: str, new: Mapping[str, Any], old: Mapping[str, Any] | None,
                  cluster_upgrade: Mapping[str, Any] | UpgradePolicy | None, *, models: SpecModels,
-                 running_plan: RunningPlan | None = None, unavailable: str | None = None) -> Verdict:
+                 running_plan: RunningPlan | None = None, unavailable: str | None = None,
+                 cluster: Mapping[str, Any] | None = None) -> Verdict:
     """Admit a CREATE or UPDATE of a StreamingQuery.
 
     ``cluster_upgrade``: the QueryCluster's ``spec.upgrade`` (``{}`` when it has none), None when the
     cluster was not found (the defaults apply). ``running_plan``: the plan the workload runs
     (needed on an UPDATE of a query with a pinned plan, see :func:`running_config_map`).
     ``unavailable``: why the kopf side could not read what it needed (the edit is then not
-    classified, and the warning says so).
+    classified, and the warning says so). ``cluster``: the QueryCluster's spec, for the query's layout
+    on its checkpoint storage (executors on a one-node claim are refused, standbys there warned of).
     """
     if not spec_changed(operation, new, old):
         return allow()
@@ -211,7 +213,11 @@ def review_query(operation: str, new: Mapping[str, Any], old: Mapping[str, Any] 
         return deny(compile_message(exc))
     new_hash = plan.hash or plan.compute_hash()
 
-    warnings: list[str] = []
+    new_spec = new.get("spec")
+    refused, warnings = storage_review(new_spec if isinstance(new_spec, Mapping) else {}, cluster, status,
+                                       cluster_name(new))
+    if refused is not None:
+        return deny(refused)
     meta = new.get("metadata") or {}
     if cluster_upgrade is None and unavailable is None:
         warnings.append(f"QueryCluster {cluster_name(new)!r} not found in namespace "
@@ -306,6 +312,86 @@ def _replace_summary(category: str, new: Plan, old: Plan, base: Basis, meta: Map
     return f"{category} change: replace with hand-off, {where} (plan version {version}, new checkpoint)"
 
 
+# -- storage and availability ----------------------------------------------------------------------
+
+#: the storage mode of a query's checkpoint: ``objectStore``, or the state claim's access mode
+OBJECT_STORE = "objectStore"
+#: claim access modes whose volume attaches to one node
+ONE_NODE_MODES = frozenset({"ReadWriteOnce", "ReadWriteOncePod"})
+
+
+def storage_mode(storage: Mapping[str, Any] | None) -> str:
+    """``objectStore`` or the access mode of a QueryCluster's ``spec.storage`` (as written)."""
+    storage = storage if isinstance(storage, Mapping) else {}
+    if storage.get(OBJECT_STORE):
+        return OBJECT_STORE
+    return str(storage.get("accessMode") or "ReadWriteOnce")
+
+
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}{'s' if n != 1 else ''}"
+
+
+def node_loss(mode: str, standbys: int) -> tuple[bool, str]:
+    """Whether a node loss leaves a query a driver on another node (the ``NodeLossTolerant``
+    condition), and why."""
+    where = "the object store" if mode == OBJECT_STORE else f"a {mode} claim"
+    if mode not in ONE_NODE_MODES:
+        if standbys == 0:
+            return True, (f"checkpoint on {where}: after a node loss the driver starts again on another "
+                          f"node (no standby: the query stops until then)")
+        return True, (f"checkpoint on {where}: the driver and its {_plural(standbys, 'standby')} are spread "
+                      f"over nodes (preferred): a standby on another node takes over after a node loss")
+    if standbys == 0:
+        return False, (f"checkpoint on {where}: the driver is bound to the claim's node; after a node loss "
+                       f"it waits until the volume can attach elsewhere")
+    return False, (f"storage.accessMode {mode} keeps the driver and its {_plural(standbys, 'standby')} on "
+                   f"the state claim's node: a node loss takes all of them; use storage.objectStore or a "
+                   f"ReadWriteMany storage class to spread them")
+
+
+def executor_claim_problem(field: str, executors: int, mode: str) -> str | None:
+    """Why ``executors`` executor pods cannot share a state claim of access mode ``mode`` (they mount
+    it from any node; a ReadWriteOnce(Pod) volume attaches to one node), or None."""
+    if executors == 0 or mode not in ONE_NODE_MODES:
+        return None
+    verb = "mounts" if executors == 1 else "mount"
+    return (f"{field}: {_plural(executors, 'executor pod')} {verb} the state claim from any node; "
+            f"QueryCluster storage.accessMode {mode} attaches it to one node: use storage.objectStore or "
+            f"storage.accessMode ReadWriteMany, or executors 0")
+
+
+def _int(value: Any, default: int) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) else default
+
+
+def storage_review(spec: Mapping[str, Any], cluster: Mapping[str, Any] | None, status: Mapping[str, Any],
+                   cluster_ref: str) -> tuple[str | None, list[str]]:
+    """A query's layout against its cluster's storage: the refusal (executors on a one-node claim) and
+    the warnings (standbys on a one-node claim). The storage is the one the query started on
+    (``status.engine``) once it runs, else the cluster's."""
+    if cluster is None:
+        return None, []
+    engine = status.get("engine") if isinstance(status.get("engine"), Mapping) else None
+    storage = dict(cluster.get("storage") or {}) if isinstance(cluster.get("storage"), Mapping) else {}
+    if engine is not None:
+        storage[OBJECT_STORE] = engine.get(OBJECT_STORE)
+    mode = storage_mode(storage)
+    resources = spec.get("resources") if isinstance(spec.get("resources"), Mapping) else {}
+    own_executors = resources.get("executors") if isinstance(resources, Mapping) else None
+    executors = _int(own_executors, _int(cluster.get("executors"), 0))
+    field = ("spec.resources.executors" if own_executors is not None
+             else f"spec.executors (QueryCluster {cluster_ref!r})")
+    problem = executor_claim_problem(field, executors, mode)
+    own_standbys = spec.get("standbyReplicas")
+    standbys = _int(own_standbys, _int(cluster.get("standbyReplicas"), 0))
+    warnings: list[str] = []
+    tolerant, why = node_loss(mode, standbys)
+    if not tolerant and standbys > 0 and mode == "ReadWriteOnce":
+        warnings.append(why)
+    return problem, warnings
+
+
 # -- QueryCluster ----------------------------------------------------------------------------------
 
 
@@ -319,20 +405,46 @@ def review_cluster(operation: str, new: Mapping[str, Any], old: Mapping[str, Any
         models.cluster.model_validate(spec if isinstance(spec, Mapping) else {})
     except ValidationError as exc:
         return deny(validation_message(exc))
-    changed = engine_fields_changed((old or {}).get("spec") or {}, spec or {}) if operation == UPDATE else []
+    spec = spec if isinstance(spec, Mapping) else {}
+    mode = storage_mode(spec.get("storage"))
+    problem = executor_claim_problem("spec.executors", _int(spec.get("executors"), 0), mode)
+    if problem is not None:
+        return deny(problem)
+    warnings: list[str] = []
+    standbys = _int(spec.get("standbyReplicas"), 0)
+    tolerant, why = node_loss(mode, standbys)
+    if not tolerant and standbys > 0 and mode == "ReadWriteOnce":
+        warnings.append(why)
+    before = (old or {}).get("spec") or {}
+    if operation == UPDATE and checkpoint_store(before) != checkpoint_store(spec):
+        warnings.append(f"spec.storage: checkpoints move from {checkpoint_store(before)} to "
+                        f"{checkpoint_store(spec)} for queries created from now on; a running query keeps "
+                        f"its checkpoint where it is and refuses this cluster's engine upgrade "
+                        f"(UpgradeRejected)")
+    changed = engine_fields_changed(before, spec) if operation == UPDATE else []
     if not changed:
-        return allow()
-    at_once = (((spec or {}).get("upgrade") or {}).get("maxConcurrentRollouts")) or 1
-    return allow(f"this change ({', '.join(changed)}) reaches the queries of this cluster: each is upgraded "
+        return allow(*warnings)
+    at_once = (spec.get("upgrade") or {}).get("maxConcurrentRollouts") or 1
+    return allow(*warnings,
+                 f"this change ({', '.join(changed)}) reaches the queries of this cluster: each is upgraded "
                  f"behind its health gate and rolled back on failure, at most {at_once} at a time; a "
                  f"failure halts the rest (see the QueryCluster's status.rollout)")
+
+
+def checkpoint_store(spec: Mapping[str, Any]) -> str:
+    """Where a QueryCluster spec puts new queries' checkpoints: its object store's uri, or ``the state
+    volume``."""
+    storage = spec.get("storage") if isinstance(spec.get("storage"), Mapping) else {}
+    store = storage.get(OBJECT_STORE) if isinstance(storage, Mapping) else None
+    uri = store.get("uri") if isinstance(store, Mapping) else None
+    return str(uri).rstrip("/") if uri else "the state volume"
 
 
 #: the QueryCluster fields that reach its queries' pods or plans (``sluice.crd.engine.Engine``)
 ENGINE_FIELDS = ("image", "imagePullPolicy", "sparkVersion", "sparkConf", "driver", "executor", "executors",
                  "drainSeconds", "kafka.bootstrapServers", "kafka.tls", "kafka.sasl", "kafka.clientSettings",
                  "podTemplate",
-                 "lease.durationSeconds")
+                 "lease.durationSeconds", "storage.objectStore")
 
 
 def engine_fields_changed(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]:

@@ -68,13 +68,19 @@ def plan_inputs(query: QuerySpec, engine: EngineFacts) -> PlanInputs:
     return PlanInputs(query=query_digest(query), engine=_digest(engine_part))
 
 
+#: the engine field that says where checkpoints live (absent: the state volume); never moved under a query
+CHECKPOINT_STORE = "objectStore.uri"
+
+
 def engine_changes(old: EngineFacts, new: EngineFacts) -> list[Change]:
     """What a change of engine needs: one change per field that differs.
 
     The Spark version follows :func:`sluice.core.sparkversion.move`; everything else (image, pull
     policy, settings outside the plan, resources, executors, drain budget, Kafka connection) changes
     how the plan runs, not what it computes: ``transparent``, carried out in place. Spark settings
-    that enter the plan are left to the plan comparison (a change of one re-plans the query)."""
+    that enter the plan are left to the plan comparison (a change of one re-plans the query). Where
+    the checkpoints live (``storage.objectStore.uri``, or the state volume) cannot change under a
+    query: ``unsupported``, the query stays on its engine."""
     out: list[Change] = []
     if old.spark_version != new.spark_version:
         moved = sparkversion.move(old.spark_version, new.spark_version)
@@ -95,7 +101,14 @@ def engine_changes(old: EngineFacts, new: EngineFacts) -> list[Change]:
                               f"what the query computes. {TRANSPARENT}"))
     for key in sorted(set(old.workload) | set(new.workload)):
         a, b = old.workload.get(key), new.workload.get(key)
-        if a != b:
+        if a != b and key == CHECKPOINT_STORE:
+            out.append(change("unsupported", "engine", "storage.objectStore.uri", a, b,
+                              f"QueryCluster storage.objectStore.uri changes from "
+                              f"{fmt(a or 'the state volume')} to {fmt(b or 'the state volume')}: the "
+                              f"query's checkpoint (its offsets and state) stays where it started, so the "
+                              f"query stays on its engine; queries created from now on use the new storage "
+                              f"(revert the field to let this query follow the cluster's other changes)."))
+        elif a != b:
             out.append(change("transparent", "engine", key, a, b,
                               f"QueryCluster {key} changes from {fmt(a)} to {fmt(b)}: the drivers restart "
                               f"with it on the same checkpoint. {TRANSPARENT}"))

@@ -116,6 +116,9 @@ class QueryIdentity:
     name: str
     uid: str
     plan_version: int
+    #: where the checkpoints of every query live: the state volume's mount, or an object store's
+    #: ``s3a://<bucket>[/<prefix>]`` (without a trailing slash)
+    checkpoint_root: str = STATE_MOUNT
 
     def __post_init__(self) -> None:
         if self.plan_version < 1:
@@ -138,7 +141,12 @@ class QueryIdentity:
 
     @property
     def checkpoint_path(self) -> str:
-        return f"{STATE_MOUNT}/{self.service_id}/{self.namespace}/{self.name}/v{self.plan_version}"
+        return f"{self.checkpoint_root}/{self.checkpoint_relative}"
+
+    @property
+    def checkpoint_relative(self) -> str:
+        """The checkpoint's path under its root, the same on a volume and in an object store."""
+        return f"{self.service_id}/{self.namespace}/{self.name}/v{self.plan_version}"
 
     @property
     def query_id(self) -> str:

@@ -20,9 +20,11 @@ lists included (``tolerations``, ``imagePullSecrets``, ``topologySpreadConstrain
 whole by the query's when the query sets it (an empty list clears the cluster's).
 
 Onto the operator's pod (:func:`apply`): labels, annotations and the supported spec fields are added
-(the operator sets none of them, and its own keys are protected); affinity is merged: the template's
-``nodeAffinity`` is used, and its ``podAffinity`` / ``podAntiAffinity`` terms are added after the
-operator's (the drivers' placement next to, or away from, each other is kept). An empty template
+(its own keys are protected); affinity is merged: the template's ``nodeAffinity`` is used, and its
+``podAffinity`` / ``podAntiAffinity`` terms are added after the operator's (the drivers' placement
+next to, or away from, each other is kept); tolerations are added after the operator's (the drivers'
+short ones of a lost node), a template's toleration of a taint the operator tolerates replacing the
+operator's. An empty template
 changes nothing: the pod comes back as it was.
 """
 
@@ -306,6 +308,18 @@ def _affinity(own: Mapping[str, Any] | None, extra: Mapping[str, Any]) -> dict[s
     return out
 
 
+def _tolerations(own: list[Any], extra: list[Any]) -> list[Any]:
+    """The operator's tolerations, then the template's; one of the operator's is left out when the
+    template tolerates the same taint (key and effect; a toleration without an effect covers all)."""
+    def covers(mine: Any, theirs: Any) -> bool:
+        return (isinstance(mine, Mapping) and isinstance(theirs, Mapping)
+                and theirs.get("key") == mine.get("key")
+                and theirs.get("effect") in (None, "", mine.get("effect")))
+
+    kept = [t for t in own if not any(covers(t, x) for x in extra)]
+    return [*copy.deepcopy(kept), *copy.deepcopy(extra)]
+
+
 def apply(pod: Mapping[str, Any], template: Mapping[str, Any] | None) -> dict[str, Any]:
     """The operator's pod (``{metadata?, spec}``: a Deployment's pod template, Spark's executor pod
     template) with ``template`` (one role's, merged) laid over it; a copy of ``pod`` as it was (the
@@ -330,6 +344,8 @@ def apply(pod: Mapping[str, Any], template: Mapping[str, Any] | None) -> dict[st
                 affinity = _affinity(pod_spec.get("affinity"), value)
                 if affinity:
                     pod_spec["affinity"] = affinity
+            elif key == "tolerations" and isinstance(value, list) and pod_spec.get("tolerations"):
+                pod_spec["tolerations"] = _tolerations(pod_spec["tolerations"], value)
             else:
                 pod_spec[key] = copy.deepcopy(value)
         out["spec"] = pod_spec

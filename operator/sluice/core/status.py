@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
-CONDITION_TYPES = ("Ready", "Progressing", "Degraded", "ReplanAvailable")
+CONDITION_TYPES = ("Ready", "Progressing", "Degraded", "ReplanAvailable", "NodeLossTolerant")
 
 
 class Reason(StrEnum):
@@ -40,6 +40,9 @@ class Reason(StrEnum):
     KAFKA_REACHABLE = "KafkaReachable"
     COMPILER_CHANGED = "CompilerChanged"
     PLAN_CURRENT = "PlanCurrent"
+    #: NodeLossTolerant: the drivers spread over nodes (object store, ReadWriteMany claim), or not
+    DRIVERS_SPREAD = "DriversSpread"
+    DRIVERS_ON_ONE_NODE = "DriversOnOneNode"
 
 
 class EventReason(StrEnum):
@@ -260,6 +263,21 @@ def with_replan_condition(status: dict[str, Any], now: str) -> dict[str, Any]:
         return status
     return {**status, "conditions": set_condition(conditions, "ReplanAvailable", *cond, now,
                                                   status.get("observedGeneration"))}
+
+
+def with_node_loss_condition(status: dict[str, Any], tolerant: bool, message: str,
+                             now: str) -> dict[str, Any]:
+    """``status`` with the ``NodeLossTolerant`` condition: True (``DriversSpread``) when the query's
+    checkpoint storage lets its drivers run on different nodes, False (``DriversOnOneNode``) when a
+    ReadWriteOnce claim keeps them all on one node; ``status`` itself when nothing changes."""
+    reason = Reason.DRIVERS_SPREAD if tolerant else Reason.DRIVERS_ON_ONE_NODE
+    conditions = list(status.get("conditions") or [])
+    previous = get_condition(conditions, "NodeLossTolerant")
+    if (previous is not None and previous.get("status") == ("True" if tolerant else "False")
+            and previous.get("message") == message and previous.get("reason") == reason):
+        return status
+    return {**status, "conditions": set_condition(conditions, "NodeLossTolerant", tolerant, reason, message,
+                                                  now, status.get("observedGeneration"))}
 
 
 def merge_patch(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:

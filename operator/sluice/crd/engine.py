@@ -12,6 +12,7 @@ from sluice.core.classify.runtime import flatten
 from sluice.core.engine import EngineFacts
 from sluice.crd.base import Resources, StatusModel
 from sluice.crd.kafka import KafkaClientSettings, KafkaSasl, KafkaTls
+from sluice.crd.objectstore import ObjectStore
 from sluice.crd.podtemplate import PodTemplates
 
 ImagePullPolicy = Literal["Always", "IfNotPresent", "Never"]
@@ -21,7 +22,7 @@ ImagePullPolicy = Literal["Always", "IfNotPresent", "Never"]
 #: fails until it does): every query's engine then differs from the one pinned in its status, and
 #: the new template reaches the queries through their QueryCluster's rollout, in waves behind the
 #: health gate, never by the operator's upgrade alone.
-WORKLOAD_TEMPLATE = 2
+WORKLOAD_TEMPLATE = 3
 
 
 class Engine(StatusModel):
@@ -47,6 +48,9 @@ class Engine(StatusModel):
         "none; an empty one is none too, so that it changes no digest).")
     lease_seconds: int | None = Field(
         default=None, description="leaseDurationSeconds of the driver Lease (absent: the default, 10).")
+    object_store: ObjectStore | None = Field(
+        default=None, description="The object store the checkpoints live in (absent: the state volume). "
+        "Where they live (its uri, or a volume) never changes under a running query.")
     template: int = Field(default=0, description="The version of the operator's pod template it was deployed "
                           "with.")
 

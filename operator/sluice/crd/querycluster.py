@@ -21,23 +21,44 @@ from sluice.crd.base import (
 )
 from sluice.crd.engine import WORKLOAD_TEMPLATE, Engine, ImagePullPolicy
 from sluice.crd.kafka import KafkaSasl, KafkaSettings, KafkaTls
+from sluice.crd.objectstore import ObjectStore
 from sluice.crd.podtemplate import PodTemplates
 from sluice.crd.streamingquery import Condition
 
 __all__ = ["ClusterUpgradePolicy", "Engine", "KafkaSasl", "KafkaSettings", "KafkaTls", "LeaseSettings",
-           "PodTemplates", "QueryCluster", "QueryClusterSpec", "QueryClusterStatus", "Storage"]
+           "ObjectStore", "PodTemplates", "QueryCluster", "QueryClusterSpec", "QueryClusterStatus", "Storage"]
 
 SERVICE_ID_PATTERN = r"^[a-z0-9]([a-z0-9-]*[a-z0-9])?$"
 
 
 class Storage(CrdModel):
+    """Where each query's checkpoint lives: a state volume (a PersistentVolumeClaim per query), or an
+    object store (objectStore: no claim, the drivers spread over nodes)."""
+
     storage_class_name: str | None = Field(
         default=None, description="StorageClass of state volumes; absent: the cluster default."
     )
     size: str = Field(default="1Gi", pattern=QUANTITY_PATTERN, description="Size of each state volume.")
     access_mode: Literal["ReadWriteOnce", "ReadWriteOncePod", "ReadWriteMany"] = Field(
-        default="ReadWriteOnce", description="Access mode of state volumes."
+        default="ReadWriteOnce", description="Access mode of state volumes. ReadWriteOnce keeps all drivers "
+        "of a query on the claim's node (a node loss takes them all) and refuses executors; ReadWriteMany "
+        "spreads them over nodes."
     )
+    object_store: ObjectStore | None = Field(
+        default=None, description="Checkpoints in object storage (s3a) instead of a state volume: no claim "
+        "is created and the drivers spread over nodes. Part of the engine; a query keeps the storage it "
+        "started on (volume or uri).",
+    )
+
+    @property
+    def mode(self) -> str:
+        """``objectStore`` or the claim's access mode."""
+        return "objectStore" if self.object_store is not None else self.access_mode
+
+    @property
+    def spreads(self) -> bool:
+        """Whether every pod of a query can reach the checkpoint from any node."""
+        return self.object_store is not None or self.access_mode == "ReadWriteMany"
 
 
 class LeaseSettings(CrdModel):
@@ -113,7 +134,8 @@ class QueryClusterSpec(CrdModel):
         default=0, ge=0, le=1000,
         description="Executor pods per query; 0 runs Spark in local mode inside the driver pod.",
     )
-    storage: Storage = Field(default_factory=Storage, description="State volumes.")
+    storage: Storage = Field(default_factory=Storage, description="Checkpoint storage: state volumes, or "
+                             "an object store.")
     standby_replicas: int = Field(
         default=0, ge=0, le=3, description="Standby drivers per query waiting to take over."
     )
@@ -162,6 +184,7 @@ class QueryClusterSpec(CrdModel):
             kafka_tls=self.kafka.tls, kafka_sasl=self.kafka.sasl,
             kafka_client_settings=self.kafka.pinned_client_settings(), template=WORKLOAD_TEMPLATE,
             pod_template=self._pod_template(), lease_seconds=self.lease.duration_seconds,
+            object_store=self.storage.object_store,
         )
 
     def _pod_template(self) -> PodTemplates | None:
@@ -183,6 +206,7 @@ class QueryClusterSpec(CrdModel):
             "driver": engine.driver, "executor": engine.executor, "executors": engine.executors,
             "drain_seconds": engine.drain_seconds, "kafka": kafka, "pod_template": engine.pod_template,
             "lease": LeaseSettings(duration_seconds=engine.lease_seconds),
+            "storage": self.storage.model_copy(update={"object_store": engine.object_store}),
         })
 
 

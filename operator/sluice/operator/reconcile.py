@@ -20,7 +20,7 @@ from pydantic import ValidationError
 from sluice.core.errors import CompileError
 from sluice.core.manifest import validation_problems
 from sluice.core.rollout import Step, held_back
-from sluice.core.status import EventReason, Reason, StatusProblem
+from sluice.core.status import EventReason, Reason, StatusProblem, with_node_loss_condition
 from sluice.crd.engine import WORKLOAD_TEMPLATE
 from sluice.crd.querycluster import QueryClusterSpec
 from sluice.crd.streamingquery import StreamingQuerySpec
@@ -92,6 +92,11 @@ def reconcile_query(env: Env, body: dict[str, Any], retry: int = 0) -> str:
     base_updates.update(_pinned_records(run, seen.desired, seen.engines))
     problem = _standing_problem(run, seen, ready)
     run.write(base_updates, _facts(run, seen.spec, problem=problem, driver_ready=ready))
+    # whether a node loss leaves a driver elsewhere (the checkpoint storage decides where drivers may go)
+    tolerant, why = builders.node_loss(seen.ctx)
+    with_node = with_node_loss_condition(run.status, tolerant, why, env.clock())
+    if with_node is not run.status:
+        run.write({"conditions": with_node["conditions"]})
     phase = str(run.status.get("phase"))
     env.metrics.phase(run.ns, run.name, phase)  # also counts queries that did not change
     return phase
@@ -151,7 +156,11 @@ def _observe(run: QueryRun, retry: int) -> Observed:
     ctx = pinned_context(base_ctx.on_engine(engs.stable, freeze=engs.stable.template != WORKLOAD_TEMPLATE),
                          run.records.plan)
     # a driver layout the state volume cannot carry, or containers too small for Spark: touch nothing
-    layout_problem = builders.standby_storage_problem(ctx, cluster_name) or memory_problem(ctx, cluster_name)
+    # (executors on a claim one node attaches: on the engine that runs, or the one the cluster asks for)
+    layout_problem = (builders.standby_storage_problem(ctx, cluster_name)
+                      or builders.executor_storage_problem(ctx, cluster_name)
+                      or builders.executor_storage_problem(base_ctx.on_engine(engs.desired), cluster_name)
+                      or memory_problem(ctx, cluster_name))
     if layout_problem is not None:
         _problem(run, spec, Reason.INVALID_SPEC, layout_problem, {"cluster": cluster_name},
                  EventReason.INVALID_SPEC)

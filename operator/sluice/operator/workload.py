@@ -8,6 +8,7 @@ from typing import Any
 from sluice.core.status import EventReason
 from sluice.operator import builders
 from sluice.operator.builders.context import QueryContext
+from sluice.operator.builders.rbac import service_account_patch
 from sluice.operator.builders.storage import owner_patch
 from sluice.operator.env import QueryRun
 from sluice.operator.lease import active_ready, adopt, forward_handoff
@@ -46,6 +47,10 @@ def _converge(run: QueryRun, ctx: QueryContext, plan_hash: str, config_map: str,
             wants_owner = not ctx.retain_state
             if bool(owners) != wants_owner:
                 kube.patch("PersistentVolumeClaim", ctx.namespace, ctx.names.state_claim, owner_patch(ctx))
+        if kind == "ServiceAccount" and outcome == "unchanged":
+            sa_patch = service_account_patch(ctx, existing)  # workload identity's annotations
+            if sa_patch is not None:
+                kube.patch("ServiceAccount", ctx.namespace, ctx.names.service_account, sa_patch)
         if kind == "Lease":
             lease = adopt(kube, ctx, existing)
             lease = forward_handoff(kube, run.body, lease)

@@ -132,7 +132,7 @@ def test_the_webhook_knows_every_engine_field_of_a_querycluster() -> None:
 
     kafka = {"kafka_bootstrap_servers": "kafka.bootstrapServers", "kafka_tls": "kafka.tls",
              "kafka_sasl": "kafka.sasl", "kafka_client_settings": "kafka.clientSettings",
-             "lease_seconds": "lease.durationSeconds"}
+             "lease_seconds": "lease.durationSeconds", "object_store": "storage.objectStore"}
     snapshot = {kafka.get(name, Engine.model_fields[name].alias or name) for name in Engine.model_fields
                 if name != "template"}  # the operator's pod template version: no QueryCluster field
     assert snapshot == set(ENGINE_FIELDS)

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from sluice.crd.querycluster import QueryClusterSpec
 from sluice.operator import builders
-from sluice.operator.builders.driver import ENGINE_ENV
+from sluice.operator.builders.driver import ENGINE_ENV, tolerations
 
 from tests.support.operator_fixtures import cluster_spec, context, query_spec
 
@@ -78,7 +78,8 @@ def test_the_engine_carries_the_clusters_template_and_no_template_is_no_field() 
 def test_a_node_pool_of_the_cluster_reaches_the_driver_pods() -> None:
     pod = pod_of(context(cluster=cluster_spec(podTemplate={"driver": NODE_POOL})))
     assert pod["spec"]["nodeSelector"] == {"pool": "streaming"}
-    assert pod["spec"]["tolerations"] == NODE_POOL["spec"]["tolerations"]
+    # after the operator's own
+    assert pod["spec"]["tolerations"] == [*tolerations(), *NODE_POOL["spec"]["tolerations"]]
     # what the operator owns is as it was
     plain = pod_of(context())
     for pod_spec in (pod["spec"], plain["spec"]):  # the engine's digest aside
@@ -110,7 +111,8 @@ def test_the_querys_template_is_laid_over_the_clusters() -> None:
     assert labels["team"] == "payments" and labels["tier"] == "gold"  # labels merged key by key
     assert labels["sluice.dev/query"] == "totals" and labels["app.kubernetes.io/component"] == "driver"
     assert pod["spec"]["nodeSelector"] == {"pool": "streaming", "disk": "ssd"}  # merged key by key
-    assert pod["spec"]["tolerations"] == [{"key": "payments", "operator": "Exists"}]  # replaced
+    # the cluster's list replaced by the query's, added after the operator's own
+    assert pod["spec"]["tolerations"] == [*tolerations(), {"key": "payments", "operator": "Exists"}]
     assert pod["spec"]["priorityClassName"] == "streaming"
     assert pod["spec"]["imagePullSecrets"] == [{"name": "registry"}]
 

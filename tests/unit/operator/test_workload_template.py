@@ -18,7 +18,9 @@ from tests.support.operator_fixtures import cluster_spec, context
 #: WORKLOAD_TEMPLATE -> sha256 of the reference driver Deployment (engine digest left out)
 DIGESTS = {1: "8d60a600b59ac8aecd72293b95294bbb5df63c1ca636525de35c7aa88259033f",
            # 2: the driver container's memory limit for the runtime (SLUICE_MEMORY_LIMIT, Downward API)
-           2: "36a466e10e273acd8ea8e339f0134fd81001f965ff45dac5911f1463fff280d1"}
+           2: "36a466e10e273acd8ea8e339f0134fd81001f965ff45dac5911f1463fff280d1",
+           # 3: the drivers tolerate a lost node 10 s (not 300 s); a checkpoint in an object store (no claim)
+           3: "9bae658b5be10986ba34bf5bd61da91e72a7ddc0cec6a9b492c0349e9f43c102"}
 
 
 def reference() -> dict[str, Any]:

@@ -12,6 +12,7 @@ from sluice.core.naming import QueryIdentity, QueryNames
 from sluice.core.replace import PreviousVersion
 from sluice.crd.base import API_VERSION, Resources
 from sluice.crd.engine import Engine
+from sluice.crd.objectstore import ObjectStore
 from sluice.crd.querycluster import QueryClusterSpec
 from sluice.crd.streamingquery import StreamingQuerySpec
 
@@ -68,10 +69,24 @@ class QueryContext:
 
     @property
     def identity(self) -> QueryIdentity:
+        store = self.object_store
         return QueryIdentity(
             service_id=self.cluster.service_id, namespace=self.namespace, name=self.name,
             uid=self.uid, plan_version=self.plan_version,
+            **({"checkpoint_root": store.root} if store is not None else {}),
         )
+
+    @property
+    def object_store(self) -> ObjectStore | None:
+        """The object store the checkpoints live in (from the engine the workload is built for), or
+        None: on the state claim."""
+        return self.cluster.storage.object_store
+
+    @property
+    def uses_claim(self) -> bool:
+        """Whether the query's checkpoint is on its state claim (mounted by the drivers, and by the
+        executors)."""
+        return self.object_store is None
 
     @property
     def backfill(self) -> bool:

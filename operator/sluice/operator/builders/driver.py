@@ -10,6 +10,8 @@ from sluice.core import election, podtemplate
 from sluice.core.gate import ENGINE_LABEL
 from sluice.core.naming import EXECUTOR_POD_TEMPLATE_ENV, PLAN_FILE, PLAN_MOUNT, STATE_MOUNT
 from sluice.core.replace import OUTPUT_TOPIC_ENV, PREVIOUS_VERSION_ENV, START_FROM_ENV
+from sluice.crd.base import SecretKeyRef
+from sluice.crd.objectstore import ACCESS_KEY, SECRET_KEY
 from sluice.operator.builders import memory
 from sluice.operator.builders.context import (
     BLOCK_MANAGER_PORT,
@@ -28,6 +30,14 @@ EXECUTOR_STATE_VOLUME = "spark.kubernetes.executor.volumes.persistentVolumeClaim
 HOSTNAME_TOPOLOGY = "kubernetes.io/hostname"
 #: the engine digest a driver runs on (the runtime echoes it in its Lease records)
 ENGINE_ENV = "SLUICE_ENGINE"
+#: Spark's setting of an environment variable of the executor pods from a Secret key (``<secret>:<key>``)
+EXECUTOR_SECRET_KEY_REF = "spark.kubernetes.executor.secretKeyRef"
+#: the variables the AWS SDK (S3A's default credentials chain) reads an access key pair from
+AWS_CREDENTIALS_ENV = (("AWS_ACCESS_KEY_ID", ACCESS_KEY), ("AWS_SECRET_ACCESS_KEY", SECRET_KEY))
+#: how long a driver pod stays bound to a node that is not ready or unreachable before it is evicted
+#: (Kubernetes' default is 300 s): a query without a standby elsewhere comes back in under a minute
+NODE_LOSS_TOLERATION_SECONDS = 10
+NODE_LOSS_TAINTS = ("node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable")
 
 
 def lease_seconds(ctx: QueryContext) -> int:
@@ -60,13 +70,25 @@ def spark_conf(ctx: QueryContext) -> dict[str, str]:
             "spark.driver.bindAddress": "$(POD_IP)",
             "spark.driver.port": str(DRIVER_PORT),
             "spark.driver.blockManager.port": str(BLOCK_MANAGER_PORT),
+        })
+        store = ctx.object_store
+        if store is None:
             # state store files are written by the executors: they mount the state claim at the
             # driver's path, so the checkpoint stays one directory (the claim's access mode must
             # let executor pods mount it: ReadWriteMany across nodes)
-            f"{EXECUTOR_STATE_VOLUME}.options.claimName": ctx.names.state_claim,
-            f"{EXECUTOR_STATE_VOLUME}.mount.path": STATE_MOUNT,
-            f"{EXECUTOR_STATE_VOLUME}.mount.readOnly": "false",
-        })
+            conf.update({
+                f"{EXECUTOR_STATE_VOLUME}.options.claimName": ctx.names.state_claim,
+                f"{EXECUTOR_STATE_VOLUME}.mount.path": STATE_MOUNT,
+                f"{EXECUTOR_STATE_VOLUME}.mount.readOnly": "false",
+            })
+        elif store.credentials_secret is not None:
+            # the executors write state store files to the object store too: the same key pair
+            for var, key in AWS_CREDENTIALS_ENV:
+                conf[f"{EXECUTOR_SECRET_KEY_REF}.{var}"] = f"{store.credentials_secret}:{key}"
+        else:
+            # workload identity: the executors run as the query's ServiceAccount (Spark's default is
+            # the namespace's ``default``), whose token they do not mount (executor_pod_template)
+            conf["spark.kubernetes.authenticate.executor.serviceAccountName"] = ctx.names.service_account
         if res.requests and res.requests.cpu:
             conf["spark.kubernetes.executor.request.cores"] = res.requests.cpu
         if res.limits and res.limits.cpu:
@@ -104,22 +126,42 @@ CONTAINER_SECURITY_CONTEXT: dict[str, Any] = {
 }
 
 
-def executor_pod_template() -> dict[str, Any]:
+def executor_pod_template(ctx: QueryContext | None = None) -> dict[str, Any]:
     """What Spark's executor pods start from (``spark.kubernetes.executor.podTemplateFile``):
     the pods' user and the ``restricted`` securityContext, which Spark has no setting for. The
-    root file system stays writable: Spark's executors write outside their local dirs."""
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "spec": {
-            "securityContext": pod_security_context(),
-            "containers": [{"name": "executor", "securityContext": dict(CONTAINER_SECURITY_CONTEXT)}],
-        },
+    root file system stays writable: Spark's executors write outside their local dirs. Executors
+    running as the query's ServiceAccount (an object store reached by workload identity) do not
+    mount its API token: they never call the API server."""
+    spec: dict[str, Any] = {
+        "securityContext": pod_security_context(),
+        "containers": [{"name": "executor", "securityContext": dict(CONTAINER_SECURITY_CONTEXT)}],
     }
+    store = ctx.object_store if ctx is not None else None
+    if store is not None and store.credentials_secret is None:
+        spec["automountServiceAccountToken"] = False
+    return {"apiVersion": "v1", "kind": "Pod", "spec": spec}
 
 
 def _secret_env(name: str, ref: Any) -> dict[str, Any]:
     return {"name": name, "valueFrom": {"secretKeyRef": {"name": ref.name, "key": ref.key}}}
+
+
+def object_store_env(ctx: QueryContext) -> list[dict[str, Any]]:
+    """The object store's settings for the runtime, which derives Spark's s3a settings from them
+    (none for a checkpoint on the state claim). Keys only as Secret references."""
+    store = ctx.object_store
+    if store is None:
+        return []
+    env: list[dict[str, Any]] = []
+    if store.endpoint:
+        env.append({"name": "SLUICE_S3_ENDPOINT", "value": store.endpoint})
+    env.append({"name": "SLUICE_S3_PATH_STYLE", "value": "true" if store.path_style_access else "false"})
+    if store.region:
+        env.append({"name": "SLUICE_S3_REGION", "value": store.region})
+    if store.credentials_secret is not None:
+        env += [_secret_env(var, SecretKeyRef(name=store.credentials_secret, key=key))
+                for var, key in AWS_CREDENTIALS_ENV]
+    return env
 
 
 def driver_env(ctx: QueryContext) -> list[dict[str, Any]]:
@@ -149,7 +191,7 @@ def driver_env(ctx: QueryContext) -> list[dict[str, Any]]:
         *memory.memory_env(ctx),  # the runtime derives the driver's heap from it (core.sizing)
     ]
     if ctx.executors > 0:  # executor pods pass the namespace's Pod Security Standard too
-        executor_pod = podtemplate.apply(executor_pod_template(), ctx.pod_template("executor"))
+        executor_pod = podtemplate.apply(executor_pod_template(ctx), ctx.pod_template("executor"))
         template = json.dumps(executor_pod, sort_keys=True)
         env.append({"name": EXECUTOR_POD_TEMPLATE_ENV, "value": template})
     if ctx.previous is not None:  # a replaced version: its first term starts where this one ended
@@ -158,6 +200,7 @@ def driver_env(ctx: QueryContext) -> list[dict[str, Any]]:
         env.append({"name": OUTPUT_TOPIC_ENV, "value": ctx.output_topic})
     if ctx.start_from is not None:  # a backfill's fresh checkpoint starts there
         env.append({"name": START_FROM_ENV, "value": ctx.start_from})
+    env += object_store_env(ctx)
     kafka = ctx.cluster.kafka
     if kafka.sasl is not None:
         env.append({"name": "SLUICE_KAFKA_SASL_MECHANISM", "value": kafka.sasl.mechanism})
@@ -188,19 +231,37 @@ def termination_grace_seconds(ctx: QueryContext) -> int:
 def update_strategy(ctx: QueryContext) -> dict[str, Any]:
     """Surge: the replacement driver starts first and warms up, then the old one hands off on
     SIGTERM. A ReadWriteOncePod claim admits one pod only, so there the old pod must go first."""
-    if ctx.cluster.storage.access_mode == "ReadWriteOncePod":
+    if ctx.uses_claim and ctx.cluster.storage.access_mode == "ReadWriteOncePod":
         return {"type": "Recreate"}
     return {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}}
 
 
+def spreads(ctx: QueryContext) -> bool:
+    """Whether the query's drivers may run on different nodes: its checkpoint is in an object store or
+    on a ReadWriteMany claim, which every node reaches."""
+    return ctx.cluster.storage.spreads
+
+
 def affinity(ctx: QueryContext) -> dict[str, Any]:
-    """All drivers share the state claim: on the claim's node when it is ReadWriteOnce(Pod),
-    spread over nodes when it is ReadWriteMany."""
+    """Where the drivers go. Checkpoint in an object store or on a ReadWriteMany claim: spread over
+    nodes, preferred (soft) anti-affinity, so that a standby survives the active driver's node; soft
+    because a required one would leave the surge pod of every rollout Pending where there are no
+    more nodes than drivers (``maxUnavailable: 0``). On a ReadWriteOnce(Pod) claim: all on the
+    claim's node (required affinity), where a node loss takes every driver."""
     term = {"topologyKey": HOSTNAME_TOPOLOGY, "labelSelector": {"matchLabels": ctx.driver_selector()}}
-    if ctx.cluster.storage.access_mode == "ReadWriteMany":
+    if spreads(ctx):
         return {"podAntiAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
             {"weight": 100, "podAffinityTerm": term}]}}
     return {"podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [term]}}
+
+
+def tolerations() -> list[dict[str, Any]]:
+    """Driver pods leave a node that is not ready or unreachable after
+    :data:`NODE_LOSS_TOLERATION_SECONDS` instead of Kubernetes' 300 s (its DefaultTolerationSeconds
+    adds none when these are there). A template's toleration of the same taint replaces the
+    operator's (``sluice.core.podtemplate.apply``)."""
+    return [{"key": key, "operator": "Exists", "effect": "NoExecute",
+             "tolerationSeconds": NODE_LOSS_TOLERATION_SECONDS} for key in NODE_LOSS_TAINTS]
 
 
 def driver_deployment(ctx: QueryContext, plan_hash: str, config_map: str) -> dict[str, Any]:
@@ -244,8 +305,9 @@ def driver_deployment(ctx: QueryContext, plan_hash: str, config_map: str) -> dic
         "securityContext": {**CONTAINER_SECURITY_CONTEXT, "readOnlyRootFilesystem": True},
         "volumeMounts": [
             {"name": "plan", "mountPath": PLAN_MOUNT, "readOnly": True},
-            {"name": "state", "mountPath": STATE_MOUNT},
+            *([{"name": "state", "mountPath": STATE_MOUNT}] if ctx.uses_claim else []),
             {"name": "tmp", "mountPath": TMP_MOUNT},
+            # Spark's local dirs; with an object store also RocksDB's working copy of the state
             {"name": "spark-local", "mountPath": SPARK_LOCAL_MOUNT},
         ],
     }
@@ -254,13 +316,15 @@ def driver_deployment(ctx: QueryContext, plan_hash: str, config_map: str) -> dic
         # the runtime's Lease client (and Spark's scheduler with executors) needs the token
         "automountServiceAccountToken": True,
         "affinity": affinity(ctx),
+        "tolerations": tolerations(),
         "terminationGracePeriodSeconds": termination_grace_seconds(ctx),
         "enableServiceLinks": False,
         "securityContext": pod_security_context(),
         "containers": [container],
         "volumes": [
             {"name": "plan", "configMap": {"name": config_map}},
-            {"name": "state", "persistentVolumeClaim": {"claimName": ctx.names.state_claim}},
+            *([{"name": "state", "persistentVolumeClaim": {"claimName": ctx.names.state_claim}}]
+              if ctx.uses_claim else []),
             {"name": "tmp", "emptyDir": {"sizeLimit": "1Gi"}},
             {"name": "spark-local", "emptyDir": {"sizeLimit": "10Gi"}},
         ],

@@ -67,19 +67,21 @@ def _review_query(operation: str, new: dict[str, Any], old: dict[str, Any] | Non
         return Verdict(True)  # metadata and status writes (the operator's own too): no API call
     kube, ns = env().kube, str(new["metadata"].get("namespace"))
     cluster_upgrade: dict[str, Any] | None = None
+    cluster_spec: dict[str, Any] | None = None
     running: RunningPlan | None = None
     unavailable: str | None = None
     config_map = admission.running_config_map(old) if operation == admission.UPDATE and old else None
     try:
         cluster = kube.get("QueryCluster", ns, admission.cluster_name(new))
         cluster_upgrade = dict((cluster.get("spec") or {}).get("upgrade") or {}) if cluster else None
+        cluster_spec = dict(cluster.get("spec") or {}) if cluster else None
         if config_map is not None:
             found = kube.get("ConfigMap", ns, config_map)
             running = RunningPlan(config_map, ((found or {}).get("data") or {}).get(PLAN_FILE))
     except KubeError as exc:
         unavailable = str(exc)
     return admission.review_query(operation, new, old, cluster_upgrade, models=MODELS, running_plan=running,
-                                  unavailable=unavailable)
+                                  unavailable=unavailable, cluster=cluster_spec)
 
 
 def _answer(review: Callable[[], Verdict], warnings: list[str], obj: dict[str, Any]) -> None:
