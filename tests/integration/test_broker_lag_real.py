@@ -59,7 +59,7 @@ def test_the_lag_grows_at_the_broker_while_no_batch_reports(kafka: str) -> None:
     producer = Producer({"bootstrap.servers": kafka, "transactional.id": unique("tx")})
     producer.init_transactions(30)
     producer.begin_transaction()
-    for i in range(4):
+    for _ in range(4):
         producer.produce(topic, value=b"{}", partition=0)
     producer.flush(30)
     probe.measure()
