@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any, ClassVar
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from pydantic.alias_generators import to_camel
+from pydantic_core import InitErrorDetails, PydanticCustomError
 
 from sluice.core.records import StatusModel
 
@@ -82,3 +84,23 @@ class CrdKind:
     short_names: ClassVar[list[str]]
     categories: ClassVar[list[str]] = ["sluice"]
     printer_columns: ClassVar[list[dict[str, Any]]]
+
+
+def value_at(data: Any, loc: tuple[str | int, ...]) -> Any:
+    """What ``data`` holds at ``loc`` (None where it holds nothing)."""
+    for part in loc:
+        try:
+            data = data[part]
+        except (KeyError, IndexError, TypeError):
+            return None
+    return data
+
+
+def refusal(model: str, error_type: str,
+            problems: Iterable[tuple[tuple[str | int, ...], str, Any]]) -> ValidationError:
+    """A model's refusal of ``problems`` (location, message, the value written there), one error
+    each, as pydantic reports its own: what a ``mode="before"`` validator raises when the model's
+    own rules (owned fields, allow-lists, credentials) refuse what was written."""
+    return ValidationError.from_exception_data(model, [
+        InitErrorDetails(type=PydanticCustomError(error_type, message), loc=loc, input=value)
+        for loc, message, value in problems])

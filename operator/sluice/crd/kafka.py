@@ -4,11 +4,10 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import Field, ValidationError, model_validator
-from pydantic_core import InitErrorDetails, PydanticCustomError
+from pydantic import Field, model_validator
 
 from sluice.core import kafkaclient
-from sluice.crd.base import CrdModel, SecretKeyRef
+from sluice.crd.base import CrdModel, SecretKeyRef, refusal, value_at
 
 __all__ = ["KafkaClientSettings", "KafkaSasl", "KafkaSettings", "KafkaTls"]
 
@@ -53,10 +52,8 @@ class KafkaSasl(CrdModel):
             return data
         found = sasl_problems(data)
         if found:
-            raise ValidationError.from_exception_data("KafkaSasl", [
-                InitErrorDetails(type=PydanticCustomError("kafka_sasl", message), loc=(name,),
-                                 input=_get(data, name))
-                for name, message in found])
+            raise refusal("KafkaSasl", "kafka_sasl", [((name,), message, _get(data, name))
+                                                      for name, message in found])
         return data
 
 
@@ -105,10 +102,8 @@ class KafkaClientSettings(CrdModel):
     def _allowed(cls, data: Any) -> Any:
         found = kafkaclient.problems(data)
         if found:
-            raise ValidationError.from_exception_data("KafkaClientSettings", [
-                InitErrorDetails(type=PydanticCustomError("kafka_client_setting", p.message), loc=p.loc,
-                                 input=data[p.loc[0]][p.loc[1]])
-                for p in found])
+            raise refusal("KafkaClientSettings", "kafka_client_setting",
+                          [(p.loc, p.message, value_at(data, p.loc)) for p in found])
         return data
 
     def settings(self) -> kafkaclient.ClientSettings:

@@ -12,12 +12,11 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import ConfigDict, Field, ValidationError, model_validator
+from pydantic import ConfigDict, Field, model_validator
 from pydantic.alias_generators import to_camel
-from pydantic_core import InitErrorDetails, PydanticCustomError
 
 from sluice.core import podtemplate
-from sluice.crd.base import CrdModel
+from sluice.crd.base import CrdModel, refusal, value_at
 
 __all__ = ["Affinity", "LocalObjectReference", "NodeAffinity", "PodAffinity", "PodTemplate",
            "PodTemplateMetadata", "PodTemplateSpec", "PodTemplates", "Toleration", "TopologySpreadConstraint"]
@@ -154,10 +153,8 @@ class PodTemplates(CrdModel):
     def _protected(cls, data: Any) -> Any:
         found = podtemplate.problems(data)
         if found:
-            raise ValidationError.from_exception_data("PodTemplates", [
-                InitErrorDetails(type=PydanticCustomError("pod_template", p.message), loc=p.loc,
-                                 input=_at(data, p.loc))
-                for p in found])
+            raise refusal("PodTemplates", "pod_template", [(p.loc, p.message, value_at(data, p.loc))
+                                                           for p in found])
         return data
 
     def wire(self) -> dict[str, Any]:
@@ -166,12 +163,3 @@ class PodTemplates(CrdModel):
 
     def is_empty(self) -> bool:
         return not podtemplate.compact(self.wire())
-
-
-def _at(data: Any, loc: tuple[str | int, ...]) -> Any:
-    for part in loc:
-        try:
-            data = data[part]
-        except (KeyError, IndexError, TypeError):
-            return None
-    return data
