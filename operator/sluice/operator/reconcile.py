@@ -86,18 +86,19 @@ def reconcile_query(env: Env, body: dict[str, Any], retry: int = 0) -> str:
     if body["metadata"].get("deletionTimestamp"):
         return "Deleting"
     seen = _observe(run, retry)
+    # whether a node loss leaves a driver elsewhere (the checkpoint storage decides where drivers may
+    # go): written before any write that observes the generation (the rollout's own included), so
+    # that a status observed for it has the condition too (the reducer keeps the conditions it does
+    # not compute)
+    tolerant, why = builders.node_loss(seen.ctx)
+    with_node = with_node_loss_condition(run.status, tolerant, why, env.clock())
+    if with_node is not run.status:
+        run.write({"conditions": with_node["conditions"]})
     _ensure_sink_topic(run, seen, retry)
     base_updates: dict[str, Any] = {"cluster": seen.cluster_name, "lastCompileError": None}
     ready = advance(run, seen.ctx, seen.spec, seen.cluster, seen.desired, seen.engines, base_updates)
     base_updates.update(_pinned_records(run, seen.desired, seen.engines))
     problem = _standing_problem(run, seen, ready)
-    # whether a node loss leaves a driver elsewhere (the checkpoint storage decides where drivers may
-    # go): written before the write that observes the generation, so that a status observed for it
-    # has the condition too (the reducer keeps the conditions it does not compute)
-    tolerant, why = builders.node_loss(seen.ctx)
-    with_node = with_node_loss_condition(run.status, tolerant, why, env.clock())
-    if with_node is not run.status:
-        run.write({"conditions": with_node["conditions"]})
     run.write(base_updates, _facts(run, seen.spec, problem=problem, driver_ready=ready))
     phase = str(run.status.get("phase"))
     env.metrics.phase(run.ns, run.name, phase)  # also counts queries that did not change
