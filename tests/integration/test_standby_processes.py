@@ -18,6 +18,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -27,7 +28,7 @@ from typing import Any
 
 import pytest
 from sluice.core.driverreport import BACKSTOP, HOLDER_PROGRESS, Backstop, Progress
-from sluice.core.election import HANDOFF_REQUEST, LAST_TAKEOVER, HandoffRequest, Takeover
+from sluice.core.election import HANDOFF_REQUEST, LAST_TAKEOVER, PREFERRED_HOLDER, HandoffRequest, Takeover
 from sluice.core.plan.model import Plan
 
 from tests.support.feed import Feed, exactly_once_message
@@ -325,21 +326,58 @@ def test_handoff_on_request_and_on_sigterm(
         stop_all(feed, drivers)
 
 
+class HeldBack:
+    """A released Lease left to a pod that never comes (``preferred-holder``), its renew time
+    bumped every second so that the drivers' grace never runs out: every driver started meanwhile
+    finds nobody serving and waits, until :meth:`let_go` (then the first to try takes it)."""
+
+    def __init__(self, api: Api) -> None:
+        self.api = api
+        self.done = threading.Event()
+        api.apply({"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+                   "metadata": {"name": "q-driver", "namespace": api.ns,
+                                "annotations": {PREFERRED_HOLDER: "q-driver-ghost"}},
+                   "spec": {"leaseDurationSeconds": LEASE_SECONDS, "leaseTransitions": 0,
+                            "renewTime": self.now()}})
+        self.thread = threading.Thread(target=self.bump, daemon=True)
+        self.thread.start()
+
+    @staticmethod
+    def now() -> str:
+        return time.strftime("%Y-%m-%dT%H:%M:%S.000000Z", time.gmtime())
+
+    def bump(self) -> None:
+        while not self.done.wait(1.0):
+            self.api.kubectl("patch", "lease", "q-driver", "--type", "merge",
+                             "-p", json.dumps({"spec": {"renewTime": self.now()}}))
+
+    def let_go(self) -> None:
+        self.done.set()
+        self.thread.join(70)
+
+
 def test_a_holder_killed_while_the_standby_warms_up_late(
     kafka: str, spark_jars: list[Path], tmp_path: Path, driver_env: tuple[Api, dict[str, str]],
     query: tuple[Path, str, str],
 ) -> None:
-    """Drivers started together: the one that lost the race warms up on the plan in the
-    background; kill -9 of the holder meanwhile: the warm-up is cancelled and the standby takes
-    over in the same process, exactly once."""
+    """Drivers started together, both finding nobody serving (the Lease held back until both
+    wait for it): the one that loses the race warms up on the plan in the background; kill -9 of
+    the holder meanwhile: the warm-up is cancelled and the standby takes over in the same
+    process, exactly once."""
     api, env = driver_env
     plan, src, out = query
+    held = HeldBack(api)
     a = Driver(tmp_path, "q-driver-a", plan, tmp_path / "checkpoint", kafka, spark_jars, env, api)
     b = Driver(tmp_path, "q-driver-b", plan, tmp_path / "checkpoint", kafka, spark_jars, env, api)
     drivers = [a, b]
     feed = Feed(kafka, src, record=lambda i: {"id": i, "amount": float(i % 5)})
     try:
-        first = wait_until("one active driver", lambda: active_of(drivers), 240, drivers)
+        wait_until("both drivers waiting, with no warm-up", lambda: all(
+            "), waiting for lease" in d.log.read_text(errors="replace") for d in drivers), 240, drivers)
+        for d in drivers:
+            assert "warm-up none), waiting for lease" in d.log.read_text(errors="replace"), d.tail()
+        held.let_go()
+        first = wait_until("one active driver", lambda: active_of(drivers), 120, drivers)
         other = b if first is a else a
         wait_until("the standby's late warm-up", lambda: "warming up on the plan while"
                    in other.log.read_text(errors="replace"), 120, drivers)
@@ -356,4 +394,5 @@ def test_a_holder_killed_while_the_standby_warms_up_late(
         settle_and_check(kafka, out, feed, drivers)
         assert other.proc.poll() is None, other.tail()  # alive after the takeover and seconds of output
     finally:
+        held.let_go()
         stop_all(feed, drivers)
