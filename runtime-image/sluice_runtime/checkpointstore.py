@@ -41,6 +41,20 @@ SCHEME = "s3a://"
 
 #: what this runtime names the S3 client in Hadoop's audit log
 CLIENT_PURPOSE = "sluice checkpoint store"
+#: S3's limit for one CopyObject: a larger object (a RocksDB snapshot of a large state) is copied
+#: in parts of :data:`MULTIPART_PART_SIZE` (S3: 5 MiB to 5 GiB each, at most 10,000 parts)
+MULTIPART_COPY_THRESHOLD = 5 * 1024**3
+MULTIPART_PART_SIZE = 512 * 1024**2
+MAX_PARTS = 10_000
+
+
+def copy_ranges(size: int, part_size: int) -> list[tuple[int, int]]:
+    """The inclusive byte ranges of a copy of ``size`` bytes in parts of ``part_size`` (larger parts
+    when that would make more than :data:`MAX_PARTS`)."""
+    if size <= 0:
+        raise ValueError("a multipart copy needs at least one byte")
+    part = max(part_size, -(-size // MAX_PARTS))
+    return [(start, min(start + part, size) - 1) for start in range(0, size, part)]
 
 
 @dataclass(frozen=True)
@@ -107,8 +121,9 @@ class CheckpointStore(Protocol):
     def create_if_absent(self, path: str, data: bytes) -> bool:
         """Create the object only if it does not exist (atomically); False when it did."""
 
-    def copy(self, src: str, dst: str) -> bool:
-        """Copy an object (on a volume: a hard link); False when ``src`` is gone."""
+    def copy(self, src: str, dst: str, size: int | None = None) -> bool:
+        """Copy an object (on a volume: a hard link); False when ``src`` is gone. ``size``: its
+        size when the caller listed it (an object store copies a large one in parts)."""
 
     def delete(self, path: str) -> None:
         """Delete one object (gone already is fine)."""
@@ -173,7 +188,7 @@ class LocalStore:
             out.write(data)
         return True
 
-    def copy(self, src: str, dst: str) -> bool:
+    def copy(self, src: str, dst: str, size: int | None = None) -> bool:
         Path(dst).parent.mkdir(parents=True, exist_ok=True)
         try:
             os.link(src, dst)
@@ -214,7 +229,10 @@ class S3Store:
     ``jvm``: py4j's JVM view; ``hadoop_conf``: the Hadoop configuration Spark uses (its
     ``fs.s3a.*`` settings choose endpoint, region and credentials)."""
 
-    def __init__(self, jvm: Any, hadoop_conf: Any) -> None:
+    def __init__(self, jvm: Any, hadoop_conf: Any, *, multipart_threshold: int | None = None,
+                 multipart_part_size: int | None = None) -> None:
+        self.multipart_threshold = multipart_threshold or MULTIPART_COPY_THRESHOLD
+        self.multipart_part_size = multipart_part_size or MULTIPART_PART_SIZE
         self._jvm = jvm
         self._conf = hadoop_conf
         self._clients: dict[str, Any] = {}
@@ -348,19 +366,52 @@ class S3Store:
             raise
         return True
 
-    def copy(self, src: str, dst: str) -> bool:
+    def copy(self, src: str, dst: str, size: int | None = None) -> bool:
+        """A server-side copy: ``CopyObject`` up to :data:`MULTIPART_COPY_THRESHOLD` bytes (S3 refuses
+        a single copy of more than 5 GiB), in parts (``UploadPartCopy``) above it."""
         src_bucket, src_key = split_uri(src)
         dst_bucket, dst_key = split_uri(dst)
-        request = (self._model(dst_bucket).CopyObjectRequest.builder()
-                   .sourceBucket(src_bucket).sourceKey(src_key)
-                   .destinationBucket(dst_bucket).destinationKey(dst_key).build())
         try:
+            if size is not None and size > self.multipart_threshold:
+                self._copy_in_parts(src_bucket, src_key, dst_bucket, dst_key, size)
+                return True
+            request = (self._model(dst_bucket).CopyObjectRequest.builder()
+                       .sourceBucket(src_bucket).sourceKey(src_key)
+                       .destinationBucket(dst_bucket).destinationKey(dst_key).build())
             self._client(dst_bucket).copyObject(request)
         except Exception as exc:
             if _status(exc) == 404:
                 return False  # purged since it was listed
             raise
         return True
+
+    def _copy_in_parts(self, src_bucket: str, src_key: str, dst_bucket: str, dst_key: str, size: int) -> None:
+        """A multipart upload whose parts are server-side copies of byte ranges of the source;
+        aborted (nothing left behind) when a part fails."""
+        model, client = self._model(dst_bucket), self._client(dst_bucket)
+        created = client.createMultipartUpload(model.CreateMultipartUploadRequest.builder()
+                                               .bucket(dst_bucket).key(dst_key).build())
+        upload_id = created.uploadId()
+        try:
+            parts = self._jvm.java.util.ArrayList()
+            for number, (first, last) in enumerate(copy_ranges(size, self.multipart_part_size), start=1):
+                answer = client.uploadPartCopy(
+                    model.UploadPartCopyRequest.builder().sourceBucket(src_bucket).sourceKey(src_key)
+                    .destinationBucket(dst_bucket).destinationKey(dst_key).uploadId(upload_id)
+                    .partNumber(number).copySourceRange(f"bytes={first}-{last}").build())
+                parts.add(model.CompletedPart.builder().partNumber(number)
+                          .eTag(answer.copyPartResult().eTag()).build())
+            upload = model.CompletedMultipartUpload.builder().parts(parts).build()
+            client.completeMultipartUpload(model.CompleteMultipartUploadRequest.builder()
+                                           .bucket(dst_bucket).key(dst_key).uploadId(upload_id)
+                                           .multipartUpload(upload).build())
+        except BaseException:
+            try:
+                client.abortMultipartUpload(model.AbortMultipartUploadRequest.builder()
+                                            .bucket(dst_bucket).key(dst_key).uploadId(upload_id).build())
+            except Exception:  # the part's error is the one to tell
+                pass
+            raise
 
     def delete(self, path: str) -> None:
         bucket, key = split_uri(path)

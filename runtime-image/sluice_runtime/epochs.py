@@ -285,7 +285,8 @@ def _copy_objects(store: cs.CheckpointStore, source: str, target: str, from_base
     def one(key: str) -> int:
         # gone since the listing: Spark purging old log entries or state files (a former holder's
         # queries may still run); the copy skips it, as the hard links do
-        return entries[key].size if store.copy(cs.join(source, key), cs.join(target, key)) else -1
+        size = entries[key].size
+        return size if store.copy(cs.join(source, key), cs.join(target, key), size=size) else -1
 
     with ThreadPoolExecutor(max_workers=COPY_THREADS, thread_name_prefix="epoch-copy") as pool:
         sizes = [size for size in pool.map(one, keys) if size >= 0]

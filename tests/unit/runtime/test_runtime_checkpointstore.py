@@ -5,6 +5,7 @@ environment. The S3 implementation runs against s3proxy in
 
 from __future__ import annotations
 
+import itertools
 import os
 from pathlib import Path
 
@@ -143,3 +144,17 @@ def test_the_runtime_applies_them_under_its_flags() -> None:
     assert "spark.sql.streaming.checkpointFileManagerClass" not in volume.conf
     with pytest.raises(ConfigError, match="SLUICE_S3_PATH_STYLE"):
         resolve_config(build_parser().parse_args(["run"]), {**env, "SLUICE_S3_PATH_STYLE": "maybe"})
+
+
+def test_a_large_copy_is_split_into_contiguous_ranges_within_s3s_limits() -> None:
+    mib, gib = 1024**2, 1024**3
+    assert cs.copy_ranges(13 * mib, 5 * mib) == [
+        (0, 5 * mib - 1), (5 * mib, 10 * mib - 1), (10 * mib, 13 * mib - 1)]
+    assert cs.copy_ranges(1, 5 * mib) == [(0, 0)]
+    ranges = cs.copy_ranges(6 * 1024 * gib, cs.MULTIPART_PART_SIZE)  # 6 TiB: parts grow past 512 MiB
+    assert len(ranges) <= cs.MAX_PARTS
+    assert ranges[0][0] == 0 and ranges[-1][1] == 6 * 1024 * gib - 1
+    assert all(b[0] == a[1] + 1 for a, b in itertools.pairwise(ranges))
+    assert all(last - first + 1 <= 5 * gib for first, last in ranges)
+    with pytest.raises(ValueError):
+        cs.copy_ranges(0, 5 * mib)
