@@ -171,6 +171,7 @@ def build_parser() -> argparse.ArgumentParser:
                         help="print Spark, Scala, Java and connector versions (then --output json|text)")
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("executor", help="run a Spark executor (in pods Spark's Kubernetes scheduler creates)")
+    sub.add_parser("purge", help="delete a deleted query's checkpoints from an object store (--prefix s3a://...)")
     run = sub.add_parser("run", help="run a plan")
     run.add_argument("--plan")
     run.add_argument("--checkpoint")
@@ -424,6 +425,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         from sluice_runtime import executor
 
         return executor.main(argv[1:])
+    if argv[:1] == ["purge"]:
+        # a deleted query's objects in an object store (the operator's ``<query>-purge`` pod)
+        from sluice_runtime import purge
+
+        return purge.main(argv[1:])
     if argv[:1] == ["--version"]:
         # the versions this runtime carries (the image's manifest): `--version [--output json]`
         from sluice_runtime import versions

@@ -285,6 +285,79 @@ def test_delete_waits_for_drain_then_gives_up(world: World, kube: Any) -> None:
     assert "DrainTimedOut" in w.reasons()
 
 
+def _purge_step(w: World) -> str:
+    """One call of the finalizer; the message of its Retry ("" when it finished)."""
+    try:
+        delete_query(w.env, w.current(), retry=0, runtime_seconds=0)
+    except Retry as exc:
+        return str(exc)
+    return ""
+
+
+def _end_purge(w: World, phase: str, message: str) -> None:
+    """What the kubelet reports of the purge container (no node runs pods in these tests; the
+    pod itself on a real node: tests/e2e/test_objectstore.py)."""
+    w.k.patch_status("Pod", w.ns, "totals-purge", {"phase": phase, "containerStatuses": [{
+        "name": "purge", "image": "sluice-runtime:test", "imageID": "", "ready": False, "restartCount": 0,
+        "state": {"terminated": {"exitCode": 0 if phase == "Succeeded" else 1, "message": message}}}]})
+
+
+def test_delete_with_an_object_store_purges_its_checkpoints_in_a_pod(world: World) -> None:
+    w = world
+    w.edit_cluster(storage={"objectStore": {"uri": "s3a://checkpoints/sluice", "endpoint": "http://store:9000",
+                                            "pathStyleAccess": True}})
+    w.add_query(deletionPolicy="Delete")
+    reconcile_query(w.env, w.current())
+    assert not w.of_kind("PersistentVolumeClaim")
+    prefix = "s3a://checkpoints/sluice/shop/" + w.ns + "/totals"
+    eventually(lambda: "waiting for pod totals-purge" in _purge_step(w), timeout=60,
+               what="the drivers drained and the purge pod started")
+    pod = w.k.get("Pod", w.ns, "totals-purge")
+    assert pod is not None and pod["spec"]["containers"][0]["command"][-1] == prefix
+    assert pod["spec"]["serviceAccountName"] == "totals-spark"
+    assert "waiting for pod totals-purge" in _purge_step(w)  # it runs: the finalizer waits
+    assert w.status()["purge"] == {"prefix": prefix, "attempts": 1, "state": "Running"}
+
+    # a failed purge is started again, and nothing else of the deletion happens meanwhile
+    _end_purge(w, "Failed", '{"error": "S3Exception: Access Denied (403)"}')
+    assert "Access Denied" in _purge_step(w)
+    assert w.k.get("Pod", w.ns, "totals-purge") is None
+    assert w.topic_partitions() == {w.topic: 1}
+    assert "waiting for pod totals-purge" in _purge_step(w)
+    assert w.status()["purge"]["attempts"] == 2
+
+    _end_purge(w, "Succeeded", '{"objects": 12, "left": 0}')
+    assert _purge_step(w) == ""
+    assert w.k.get("Pod", w.ns, "totals-purge") is None
+    assert w.status()["purge"]["state"] == "Done"
+    deleted = [m for r, m in w.events if r == "StateDeleted"]
+    assert deleted == [f'deleted the checkpoints under {prefix}: {{"objects": 12, "left": 0}}']
+    eventually(lambda: w.topic_partitions() == {}, what="the sink topic is gone from the broker")
+    assert w.reasons().count("StateDeleting") == 2
+    assert _purge_step(w) == ""  # the finalizer called again: done is done, no new pod
+    assert w.k.get("Pod", w.ns, "totals-purge") is None
+
+
+def test_delete_gives_up_a_purge_that_keeps_failing_and_says_what_stays(world: World) -> None:
+    w = world
+    w.edit_cluster(storage={"objectStore": {"uri": "s3a://checkpoints", "endpoint": "http://store:9000"}})
+    w.add_query(deletionPolicy="Delete")
+    reconcile_query(w.env, w.current())
+    eventually(lambda: "waiting for pod totals-purge" in _purge_step(w), timeout=60,
+               what="the drivers drained and the purge pod started")
+    for attempt in range(1, 4):
+        _end_purge(w, "Failed", "DeadlineExceeded")
+        said = _purge_step(w)
+        if attempt < 3:
+            assert "failed to delete" in said
+            assert "waiting for pod totals-purge" in _purge_step(w)
+        else:
+            assert said == ""
+    warnings = [m for r, m in w.events if r == "StateCleanupFailed"]
+    assert len(warnings) == 1 and "after 3 attempts" in warnings[0] and "the objects stay" in warnings[0]
+    assert w.status()["purge"]["state"] == "GaveUp"
+
+
 def test_switching_deletion_policy_adopts_or_releases_the_claim(world: World) -> None:
     w = world
     w.add_query()

@@ -75,6 +75,9 @@ class EventReason(StrEnum):
     DRAIN_TIMED_OUT = "DrainTimedOut"
     STATE_RETAINED = "StateRetained"
     STATE_DELETED = "StateDeleted"
+    #: deletionPolicy Delete with an object store: the purge pod started / gave up
+    STATE_DELETING = "StateDeleting"
+    STATE_CLEANUP_FAILED = "StateCleanupFailed"
     FAILED_OVER = "FailedOver"
     HANDED_OFF = "HandedOff"
     CHECKPOINT_REMOVED = "CheckpointRemoved"

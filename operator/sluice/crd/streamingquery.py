@@ -183,6 +183,16 @@ class CleanupStatus(StatusModel):
                                             description="Id of the last checkpoint removal done.")
 
 
+class PurgeStatus(StatusModel):
+    """A deleted query's objects in an object store (``deletionPolicy: Delete``): the purge pod."""
+
+    prefix: str = Field(description="The prefix holding every plan version's checkpoint.")
+    attempts: int = Field(default=0, description="Purge pods started so far.")
+    state: Literal["Running", "Done", "GaveUp"] = Field(
+        default="Running", description="Running (a purge pod runs), Done (nothing left) or GaveUp "
+        "(the objects stay; a StateCleanupFailed event says why).")
+
+
 class StreamingQueryStatus(StatusModel):
     observed_generation: int | None = Field(
         default=None, description="The generation of the spec the operator last reconciled.")
@@ -210,6 +220,8 @@ class StreamingQueryStatus(StatusModel):
         "ones (what each created).")
     cleanup: CleanupStatus | None = Field(default=None, description="The clean-up of retired versions.")
     output: OutputStatus | None = Field(default=None, description="Where the live result is.")
+    purge: PurgeStatus | None = Field(
+        default=None, description="Deletion with an object store: the deletion of its checkpoints.")
 
 
 class StreamingQuery(CrdModel, CrdKind):

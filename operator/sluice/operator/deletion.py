@@ -13,7 +13,10 @@ from sluice.core.records import VersionRecord
 from sluice.core.spec import CleanupPolicy
 from sluice.core.status import EventReason, Facts
 from sluice.crd.querycluster import QueryClusterSpec
-from sluice.crd.streamingquery import StreamingQuerySpec
+from sluice.crd.streamingquery import PurgeStatus, StreamingQuerySpec
+from sluice.operator.builders import QueryContext
+from sluice.operator.builders.purge import PURGE_DEADLINE_SECONDS, purge_pod, purge_pod_name, purge_prefix
+from sluice.operator.desired import engine_of
 from sluice.operator.env import DEFAULT_CLUSTER, Env, QueryRun, Retry, backoff
 from sluice.operator.kafka_admin import KafkaUnavailable, TopicAdmin
 from sluice.operator.kube import KubeError
@@ -22,6 +25,8 @@ from sluice.operator.lease import driver_selector
 log = logging.getLogger("sluice.operator")
 
 KAFKA_DELETE_RETRIES = 3
+#: purge pods started for one deletion before the objects are left in place (with a Warning)
+PURGE_ATTEMPTS = 3
 
 
 def delete_query(env: Env, body: dict[str, Any], retry: int, runtime_seconds: float) -> None:
@@ -73,6 +78,8 @@ def delete_query(env: Env, body: dict[str, Any], retry: int, runtime_seconds: fl
 
     # 2. deletion policy
     if policy == "Delete":
+        if spec is not None and cluster is not None and cluster.storage.object_store is not None:
+            _purge_object_store(run, _context(run, spec, cluster))
         if spec is not None and cluster is not None:
             try:
                 admin = env.topic_admin(ns, cluster)
@@ -128,3 +135,63 @@ def _delete_inventory(run: QueryRun, admin: TopicAdmin) -> None:
         if groups:
             run.event("Normal", EventReason.GROUPS_DELETED,
                       f"plan version {item.version}: deleted consumer groups {', '.join(groups)}")
+
+
+def _context(run: QueryRun, spec: StreamingQuerySpec, cluster: QueryClusterSpec) -> QueryContext:
+    """The query as its drivers ran: the serviceId pinned at creation, the engine they ran on."""
+    pinned_service = (run.status.get("identity") or {}).get("serviceId")
+    if pinned_service and pinned_service != cluster.service_id:
+        cluster = cluster.model_copy(update={"service_id": pinned_service})
+    ctx = QueryContext(namespace=run.ns, name=run.name, uid=str(run.body["metadata"].get("uid") or ""),
+                       spec=spec, cluster=cluster)
+    engine = engine_of(run.records.engine)
+    return ctx.on_engine(engine) if engine is not None else ctx
+
+
+def _purge_object_store(run: QueryRun, ctx: QueryContext) -> None:
+    """``deletionPolicy: Delete`` with checkpoints in an object store: the purge pod deletes every
+    plan version's objects (:mod:`sluice.operator.builders.purge`). Raises Retry while it runs; a
+    failed pod is started again up to :data:`PURGE_ATTEMPTS` times, then the objects stay and a
+    Warning names the prefix (the deletion goes on: a finalizer that never ends would keep the
+    namespace from being deleted). ``status.purge`` records where it stands."""
+    kube, ns, name = run.env.kube, run.ns, purge_pod_name(ctx)
+    raw = run.status.get("purge")
+    record = PurgeStatus.from_storage(raw) or PurgeStatus(prefix=purge_prefix(ctx))
+    if record.state != "Running":
+        return
+    prefix = record.prefix
+    pod = kube.get("Pod", ns, name)
+    if pod is None:
+        record = record.model_copy(update={"attempts": record.attempts + 1})
+        run.write({"purge": record})
+        kube.create(purge_pod(ctx))
+        run.event("Normal", EventReason.STATE_DELETING,
+                  f"deleting the checkpoints under {prefix} (pod {name}, attempt {record.attempts})")
+        raise Retry(f"waiting for pod {name} to delete the objects under {prefix}", 5)
+    phase = (pod.get("status") or {}).get("phase")
+    if phase not in ("Succeeded", "Failed"):
+        raise Retry(f"waiting for pod {name} to delete the objects under {prefix}", 5)
+    said = _termination_message(pod)
+    kube.delete("Pod", ns, name)
+    if phase == "Succeeded":
+        run.write({"purge": record.model_copy(update={"state": "Done"})})
+        run.event("Normal", EventReason.STATE_DELETED, f"deleted the checkpoints under {prefix}: {said}")
+        return
+    if record.attempts < PURGE_ATTEMPTS:
+        raise Retry(f"pod {name} failed to delete the objects under {prefix}: {said}", 10 * record.attempts)
+    run.write({"purge": record.model_copy(update={"state": "GaveUp"})})
+    run.event("Warning", EventReason.STATE_CLEANUP_FAILED,
+              f"gave up deleting the checkpoints under {prefix} after {record.attempts} attempts "
+              f"(deadline {PURGE_DEADLINE_SECONDS}s each); the objects stay: {said}")
+
+
+def _termination_message(pod: dict[str, Any]) -> str:
+    """What the purge container said (its JSON summary, or why it ended)."""
+    for status in (pod.get("status") or {}).get("containerStatuses") or []:
+        terminated = (status.get("state") or {}).get("terminated") or {}
+        message = str(terminated.get("message") or "").strip()
+        if message:
+            return message[-900:]
+        if terminated.get("reason"):
+            return f"{terminated['reason']} (exit {terminated.get('exitCode')})"
+    return str((pod.get("status") or {}).get("reason") or "no termination message")

@@ -1,0 +1,148 @@
+"""End to end through driver pods with the checkpoints in an object store (``s3a://``).
+
+A real s3proxy on the node's address (the platform's object store), a QueryCluster with
+``storage.objectStore`` and a credentials Secret, an exactly-once query with a standby and
+``deletionPolicy: Delete``, steady input:
+
+* no state claim; the drivers' checkpoint, its epochs and their term claims are objects;
+* kill -9 of the active driver: the standby takes over on the same s3a checkpoint;
+* an in-place upgrade (a condition that keeps every row) by hand-off on the same checkpoint;
+* every input record in the output exactly once (read_committed) after both;
+* deleting the query: the purge pod deletes every object under the query's prefix, and only
+  those (another prefix in the bucket stays).
+
+``E2E_CLUSTER=kind`` needs an S3-compatible store reachable from the pods and the test process:
+``E2E_S3_ENDPOINT``, ``E2E_S3_BUCKET``, ``E2E_S3_ACCESS_KEY``, ``E2E_S3_SECRET_KEY``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from cluster import E2ECluster
+from sluice_dev.platform import common
+from sluice_dev.platform import objectstore as component
+from test_queries import READY_TIMEOUT, cluster_doc, create_topics, query_doc
+from test_standby import assert_exactly_once, events, ready_standby, takeover_record
+
+from tests.support.feed import Feed
+
+pytestmark = pytest.mark.e2e
+
+
+@pytest.fixture(scope="module")
+def store(cluster: E2ECluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
+    """The object store the pods use: s3proxy on the node's address (where Kafka's pod listener
+    is), or the one ``E2E_S3_*`` names on kind."""
+    if cluster.kind == "kind":
+        names = ("E2E_S3_ENDPOINT", "E2E_S3_BUCKET", "E2E_S3_ACCESS_KEY", "E2E_S3_SECRET_KEY")
+        missing = [n for n in names if not os.environ.get(n)]
+        if missing:
+            pytest.fail(f"E2E_CLUSTER=kind: the object-store tests need {', '.join(missing)}", pytrace=False)
+        yield {n.removeprefix("E2E_S3_").lower(): os.environ[n] for n in names}
+        return
+    state = tmp_path_factory.mktemp("e2e-objectstore")
+    address = cluster.bootstrap.rsplit(":", 1)[0]
+    try:
+        started = component.start(state, pod_address=address)
+    except common.PlatformError as exc:
+        pytest.fail(str(exc), pytrace=False)
+    try:
+        env = started.env
+        yield {"endpoint": env["SLUICE_S3_ENDPOINT"], "bucket": env["SLUICE_S3_BUCKET"],
+               "access_key": env["SLUICE_S3_ACCESS_KEY"], "secret_key": env["SLUICE_S3_SECRET_KEY"]}
+    finally:
+        component.stop(state)
+
+
+def keys(store: dict[str, str], prefix: str) -> list[str]:
+    client = component.S3(store["endpoint"], store["access_key"], store["secret_key"])
+    return sorted(client.keys(store["bucket"], prefix))
+
+
+def feed_query(ns: str, src: str, out: str, where: str = "") -> dict[str, Any]:
+    return query_doc(ns, "feed", {
+        "sources": [{"name": "events", "topic": src, "schema": [
+            {"name": "id", "type": "int"}, {"name": "k", "type": "string"}]}],
+        "sql": "SELECT id, k FROM events" + (f" WHERE {where}" if where else ""),
+        "sink": {"topic": out, "outputMode": "append", "delivery": "exactlyOnce"},
+        "trigger": {"processingTime": "1 second"},
+        "deletionPolicy": "Delete",
+    })
+
+
+def status(cluster: E2ECluster, ns: str) -> dict[str, Any]:
+    return dict((cluster.get("streamingquery", ns, "feed") or {}).get("status") or {})
+
+
+def test_checkpoints_in_an_object_store_fail_over_upgrade_and_are_purged(
+    cluster: E2ECluster, ns: str, store: dict[str, str],
+) -> None:
+    src, out = f"{ns}-events", f"{ns}-events-out"
+    create_topics(cluster.bootstrap, src, out)
+    root = f"e2e-{ns}"
+    # another query's objects under the same root: the purge must leave them
+    neighbour = f"{root}/e2e/{ns}/feed2/v1/offsets/0"
+    client = component.S3(store["endpoint"], store["access_key"], store["secret_key"])
+    assert client.put(store["bucket"], neighbour, b"{}").status == 200
+    secret = {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "s3", "namespace": ns},
+              "stringData": {"accessKey": store["access_key"], "secretKey": store["secret_key"]}}
+    object_store = {"uri": f"s3a://{store['bucket']}/{root}", "endpoint": store["endpoint"],
+                    "pathStyleAccess": True, "credentialsSecret": "s3"}
+    cluster.apply(secret, cluster_doc(ns, cluster.bootstrap, standbyReplicas=1,
+                                      storage={"objectStore": object_store}),
+                  feed_query(ns, src, out))
+    prefix = f"{root}/e2e/{ns}/feed/"
+    feed = Feed(cluster.bootstrap, src)
+    try:
+        active = cluster.wait_for("an active driver", lambda: cluster.active_pod(ns, "feed"), READY_TIMEOUT)
+        first = active["metadata"]["name"]
+        standby = cluster.wait_for("a warm standby", lambda: ready_standby(cluster, ns, first), READY_TIMEOUT)
+        assert cluster.query_condition(ns, "feed", "NodeLossTolerant") == "True"
+        assert not json.loads(cluster.kubectl("get", "pvc", "-n", ns, "-o", "json"))["items"]
+        cluster.wait_for("the checkpoint's commits in the store", lambda: any(
+            "/commits/" in k for k in keys(store, prefix + "v1/")), 120)
+        objects = keys(store, prefix + "v1/")
+        assert any(k.endswith("/_term") for k in objects), objects  # the term's conditional claim
+        time.sleep(3)
+
+        # 1. kill -9 of the active driver: the standby takes over on the same checkpoint
+        cluster.signal_pod(active, signal.SIGKILL)
+        cluster.wait_for("the standby to take over", lambda: (
+            (p := cluster.active_pod(ns, "feed")) is not None and p["metadata"]["name"] == standby), 120)
+        record = takeover_record(cluster, ns)
+        assert record is not None and (record.from_pod, record.to_pod) == (first, standby), record
+        cluster.wait_for("the killed driver back as a warm standby",
+                         lambda: ready_standby(cluster, ns, standby) is not None, READY_TIMEOUT)
+        time.sleep(3)
+
+        # 2. an in-place upgrade by hand-off, on the same s3a checkpoint
+        cluster.apply(feed_query(ns, src, out, where="id >= 0"))
+        st = cluster.wait_for("the upgrade to finish", lambda: (
+            (s := status(cluster, ns)).get("lastUpgrade", {}).get("outcome") in ("Succeeded", "RolledBack",
+                                                                                 "Failed") and s),
+            READY_TIMEOUT)
+        assert st["lastUpgrade"]["outcome"] == "Succeeded", st["lastUpgrade"]
+        assert st["plan"]["version"] == 1  # in place: the same version, the same checkpoint
+        time.sleep(4)
+        sent = feed.stop()
+        assert_exactly_once(cluster, ns, out, sent)
+    except BaseException:
+        feed.stop()
+        raise
+
+    # 3. delete: the purge pod deletes the query's objects, and only those
+    assert keys(store, prefix)
+    cluster.kubectl("delete", "streamingquery", "feed", "-n", ns, "--wait=true", "--timeout=300s")
+    assert keys(store, prefix) == [], cluster.diagnostics(ns)
+    assert keys(store, f"{root}/") == [neighbour]
+    deleted = [e["message"] for e in events(cluster, ns, "StateDeleted")]
+    assert any("deleted the checkpoints under s3a://" in m and '"left": 0' in m for m in deleted), deleted
+    assert cluster.get("pod", ns, "feed-purge") is None
+
