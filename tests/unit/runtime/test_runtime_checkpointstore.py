@@ -79,6 +79,23 @@ def test_which_objects_make_an_epoch() -> None:
     assert "metadata" in from_base
 
 
+def test_an_epoch_copies_the_newest_entries_of_each_metadata_log_only() -> None:
+    history = [f"{log}/{n}" for log in ("offsets", "commits", "dlq/orders/offsets", "dlq/orders/commits")
+               for n in range(100, 0, -1)]
+    keys = ["metadata", "sources/0/0", "state/0/0/99.zip", "state/0/0/100.zip", "dlq/orders/metadata",
+            "offsets/.101.tmp", *history]
+    plan = epochs.copy_plan(keys, from_base=False)
+    assert [k for k in plan if k.startswith("offsets/")] == ["offsets/100", "offsets/98", "offsets/99"]
+    assert [k for k in plan if k.startswith("commits/")] == ["commits/100", "commits/98", "commits/99"]
+    assert [k for k in plan if k.startswith("dlq/orders/offsets/")] == [
+        "dlq/orders/offsets/100", "dlq/orders/offsets/98", "dlq/orders/offsets/99"]
+    # everything else whole: the state's versions are not a metadata log
+    whole = {"metadata", "sources/0/0", "state/0/0/99.zip", "state/0/0/100.zip", "dlq/orders/metadata"}
+    assert whole <= set(plan)
+    assert len(plan) == 4 * epochs.LOG_ENTRIES_COPIED + 5
+    assert len(epochs.copy_plan(keys, from_base=False, log_entries=100)) == len(keys) - 1  # the .tmp
+
+
 def test_what_pruning_deletes() -> None:
     assert epochs.doomed([1, 2, 3, 4, 5], 5, kept=[]) == [1, 2, 3]  # 4 stays: a zombie may write there
     assert epochs.doomed([1, 2, 3, 4, 5], 5, kept=[2]) == [1, 3]
