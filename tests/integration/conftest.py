@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 from sluice_dev.platform import common
 
+from tests.support.registry_fixture import schema_registry  # noqa: F401
 from tests.support.world import World, apply_crds
 
 
