@@ -6,8 +6,12 @@ A real s3proxy on the node's address (the platform's object store), a QueryClust
 
 * no state claim; the drivers' checkpoint, its epochs and their term claims are objects;
 * kill -9 of the active driver: the standby takes over on the same s3a checkpoint;
+* a zombie: the active driver paused (SIGSTOP) past its lease; the standby takes over on expiry
+  in a new epoch, and the zombie, resumed, stops without writing and waits as a standby;
 * an in-place upgrade (a condition that keeps every row) by hand-off on the same checkpoint;
-* every input record in the output exactly once (read_committed) after both;
+* a replace with hand-off (a second source): plan version 2 on the prefix ``v2``; version 1's
+  objects are removed by the active driver once its 5 s retention passed;
+* every input record in the output exactly once (read_committed) after all of it;
 * deleting the query: the purge pod deletes every object under the query's prefix, and only
   those (another prefix in the bucket stays).
 
@@ -28,7 +32,7 @@ import pytest
 from cluster import E2ECluster
 from sluice_dev.platform import common
 from sluice_dev.platform import objectstore as component
-from test_queries import READY_TIMEOUT, cluster_doc, create_topics, query_doc
+from test_queries import READY_TIMEOUT, cluster_doc, create_topics, produce, query_doc
 from test_standby import assert_exactly_once, events, ready_standby, takeover_record
 
 from tests.support.feed import Feed
@@ -66,14 +70,27 @@ def keys(store: dict[str, str], prefix: str) -> list[str]:
     return sorted(client.keys(store["bucket"], prefix))
 
 
-def feed_query(ns: str, src: str, out: str, where: str = "") -> dict[str, Any]:
+SCHEMA = [{"name": "id", "type": "int"}, {"name": "k", "type": "string"}]
+#: the in-place edit: a condition that keeps every row
+WHERE = "SELECT id, k FROM events WHERE id >= 0"
+#: the replace: a second source
+UNION = f"{WHERE} UNION ALL SELECT id, k FROM extra"
+EXTRA_RECORDS = 5
+LEASE_SECONDS = 10
+UPGRADE_TIMEOUT = 420.0
+
+
+def feed_query(ns: str, src: str, out: str, sql: str = "SELECT id, k FROM events",
+               extra: str | None = None) -> dict[str, Any]:
+    sources = [{"name": "events", "topic": src, "schema": SCHEMA}]
+    if extra is not None:
+        sources.append({"name": "extra", "topic": extra, "schema": SCHEMA})
     return query_doc(ns, "feed", {
-        "sources": [{"name": "events", "topic": src, "schema": [
-            {"name": "id", "type": "int"}, {"name": "k", "type": "string"}]}],
-        "sql": "SELECT id, k FROM events" + (f" WHERE {where}" if where else ""),
+        "sources": sources, "sql": sql,
         "sink": {"topic": out, "outputMode": "append", "delivery": "exactlyOnce"},
         "trigger": {"processingTime": "1 second"},
         "deletionPolicy": "Delete",
+        "cleanup": {"retainVersions": 0, "retention": "5s"},
     })
 
 
@@ -81,10 +98,28 @@ def status(cluster: E2ECluster, ns: str) -> dict[str, Any]:
     return dict((cluster.get("streamingquery", ns, "feed") or {}).get("status") or {})
 
 
+def upgrade_ended(cluster: E2ECluster, ns: str, generation: int) -> dict[str, Any]:
+    def ended() -> dict[str, Any] | None:
+        st = status(cluster, ns)
+        last = st.get("lastUpgrade") or {}
+        if st.get("rollout", {}).get("step") not in (None, "Failed") or last.get("generation") != generation:
+            return None
+        return st if last.get("outcome") in ("Succeeded", "RolledBack", "Failed") else None
+
+    st: dict[str, Any] = cluster.wait_for(f"the upgrade of generation {generation}", ended, UPGRADE_TIMEOUT)
+    assert st["lastUpgrade"]["outcome"] == "Succeeded", st["lastUpgrade"]
+    return st
+
+
+def generation(cluster: E2ECluster, ns: str) -> int:
+    return int((cluster.get("streamingquery", ns, "feed") or {})["metadata"]["generation"])
+
+
+@pytest.mark.timeout(1800)
 def test_checkpoints_in_an_object_store_fail_over_upgrade_and_are_purged(
     cluster: E2ECluster, ns: str, store: dict[str, str],
 ) -> None:
-    src, out = f"{ns}-events", f"{ns}-events-out"
+    src, out, extra = f"{ns}-events", f"{ns}-events-out", f"{ns}-extra"
     create_topics(cluster.bootstrap, src, out)
     root = f"e2e-{ns}"
     # another query's objects under the same root: the purge must leave them
@@ -122,22 +157,54 @@ def test_checkpoints_in_an_object_store_fail_over_upgrade_and_are_purged(
                          lambda: ready_standby(cluster, ns, standby) is not None, READY_TIMEOUT)
         time.sleep(3)
 
-        # 2. an in-place upgrade by hand-off, on the same s3a checkpoint
-        cluster.apply(feed_query(ns, src, out, where="id >= 0"))
-        st = cluster.wait_for("the upgrade to finish", lambda: (
-            (s := status(cluster, ns)).get("lastUpgrade", {}).get("outcome") in ("Succeeded", "RolledBack",
-                                                                                 "Failed") and s),
-            READY_TIMEOUT)
-        assert st["lastUpgrade"]["outcome"] == "Succeeded", st["lastUpgrade"]
+        # 2. the zombie: the active driver paused past its lease; the standby takes over on expiry
+        paused = cluster.active_pod(ns, "feed")
+        assert paused is not None and paused["metadata"]["name"] == standby
+        cluster.signal_pod(paused, signal.SIGSTOP)
+        try:
+            cluster.wait_for("the standby to take over on expiry", lambda: (
+                (p := cluster.active_pod(ns, "feed")) is not None and p["metadata"]["name"] != standby),
+                LEASE_SECONDS * 4)
+            time.sleep(4)
+        finally:
+            cluster.signal_pod(paused, signal.SIGCONT)
+        def zombie_stands_by() -> bool:
+            active = cluster.active_pod(ns, "feed")
+            return active is not None and ready_standby(cluster, ns, active["metadata"]["name"]) == standby
+
+        cluster.wait_for("the zombie to stand by", zombie_stands_by, 120)
+        epochs = {k.split("/epochs/", 1)[1].split("/", 1)[0] for k in keys(store, prefix + "v1/")
+                  if "/epochs/" in k}
+        assert len(epochs) >= 2, epochs  # a term per takeover (older ones pruned)
+        time.sleep(3)
+
+        # 3. an in-place upgrade by hand-off, on the same s3a checkpoint
+        cluster.apply(feed_query(ns, src, out, sql=WHERE))
+        st = upgrade_ended(cluster, ns, generation(cluster, ns))
         assert st["plan"]["version"] == 1  # in place: the same version, the same checkpoint
+        time.sleep(3)
+
+        # 4. a replace with hand-off (a second source): version 2 on a prefix of its own; version
+        # 1's objects are removed by the active driver after its retention
+        create_topics(cluster.bootstrap, extra)
+        produce(cluster.bootstrap, extra, [{"id": -1 - i, "k": "x"} for i in range(EXTRA_RECORDS)])
+        cluster.apply(feed_query(ns, src, out, sql=UNION, extra=extra))
+        st = upgrade_ended(cluster, ns, generation(cluster, ns))
+        assert st["lastUpgrade"]["decision"] == "replace" and st["plan"]["version"] == 2, st["lastUpgrade"]
+        assert st["identity"]["checkpointPath"] == f"s3a://{store['bucket']}/{prefix}v2"
+        cluster.wait_for("version 1 cleaned up", lambda: [(v["version"], v["state"]) for v in status(
+            cluster, ns).get("versions", [])] == [(2, "Running")], 120)
+        assert keys(store, prefix + "v1/") == []
+        assert any("/commits/" in k for k in keys(store, prefix + "v2/"))
         time.sleep(4)
         sent = feed.stop()
-        assert_exactly_once(cluster, ns, out, sent)
+        rows = assert_exactly_once(cluster, ns, out, sent, extra=EXTRA_RECORDS)
+        assert sorted(r["id"] for r in rows if r["id"] < 0) == list(range(-EXTRA_RECORDS, 0))
     except BaseException:
         feed.stop()
         raise
 
-    # 3. delete: the purge pod deletes the query's objects, and only those
+    # 5. delete: the purge pod deletes the query's objects, and only those
     assert keys(store, prefix)
     cluster.kubectl("delete", "streamingquery", "feed", "-n", ns, "--wait=true", "--timeout=300s")
     assert keys(store, prefix) == [], cluster.diagnostics(ns)
