@@ -2,7 +2,7 @@
 Confluent-compatible API) on loopback, started on demand for the session.
 
 Imported by ``tests/integration/conftest.py`` (so that only the sessions, xdist workers, whose tests
-ask for it pay its start: about 3-4 s and 195 MiB)."""
+ask for it pay its start: about 3 s and 155 MiB, Apicurio 2.6.13.Final on Java 17)."""
 
 from __future__ import annotations
 

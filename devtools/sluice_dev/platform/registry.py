@@ -1,24 +1,26 @@
 """A schema registry for the local platform: Apicurio Registry with its Confluent-compatible API.
 
-Apicurio Registry (Apache-2.0) is resolved once with Maven: the ``all`` distribution of
-``io.apicurio:apicurio-registry-app`` (a ``tar.gz``, a Quarkus application) is copied into
-``~/.cache/sluice/apicurio-<VERSION>/`` and unpacked there (``app/quarkus-run.jar``). Version 3.x
-needs Java 21 or newer: :func:`find_java` takes ``$SLUICE_REGISTRY_JAVA_HOME``, then
-``$JAVA_HOME`` and ``java`` on ``PATH`` if they are new enough, then the newest JDK under
-``/usr/lib/jvm`` or ``/opt`` that is.
+Apicurio Registry (Apache-2.0) 2.6.13.Final is resolved once with Maven: the ``all`` distribution
+of ``io.apicurio:apicurio-registry-app`` (a ``tar.gz``, a Quarkus application packaged as a legacy
+jar) is copied into ``~/.cache/sluice/apicurio-<VERSION>/`` and unpacked there
+(``app/apicurio-registry-app-<VERSION>-runner.jar`` and its ``lib/``). It runs on Java 17, the
+platform's default JDK, found as for the broker and the object store (``$JAVA_HOME``, then ``java``
+on ``PATH``).
 
-Its storage is in memory (the default ``sql`` storage on an H2 ``jdbc:h2:mem:`` database): every
-start begins from an empty registry, as Kafka does, unless a registry started earlier from the same
-state dir is alive and answering. It listens on ``address`` (loopback, or the real node's IP so that
-pods reach it) on a free port; Quarkus's management interface (``/health``) stays on loopback.
-The global compatibility rule is ``BACKWARD``, Confluent Schema Registry's default, so that a
-Confluent client sees the behaviour it expects.
+Why 2.6.x and not the 3.x line: Apicurio 3.3.3 (on Java 21+) left about one request in 100 to 200
+to a path it has no resource for without an answer (the connection hangs), such as Confluent's
+``/associations`` that confluent-kafka's serializers ask by default; 2.6.13.Final answered every
+one of 1,000 (docs/formats.md), and needs no second JDK.
+
+Its storage is in memory (the ``all`` distribution's H2 ``jdbc:h2:mem:`` database): every start
+begins from an empty registry, as Kafka does, unless a registry started earlier from the same state
+dir is alive and answering. It listens on ``address`` (loopback, or the real node's IP so that pods
+reach it) on a free port; 2.x has no separate management interface, so its ``/health`` and
+``/metrics`` are on that port too. The global compatibility rule is ``BACKWARD``, Confluent Schema
+Registry's default, so that a Confluent client sees the behaviour it expects.
 
 The environment the platform exports is ``SLUICE_SCHEMA_REGISTRY_URL``: the base URL a Confluent
 client (``SchemaRegistryClient({"url": ...})``) is given, ``http://<address>:<port>/apis/ccompat/v7``.
-Apicurio 3.3.3 leaves about one request in 200 to a path it does not have unanswered, such as
-Confluent's ``/associations`` that confluent-kafka 2.16's serializers ask by default: its clients
-set ``subject.name.strategy.type`` to ``TOPIC`` and a ``timeout`` (docs/formats.md).
 """
 
 from __future__ import annotations
@@ -26,77 +28,45 @@ from __future__ import annotations
 import contextlib
 import http.client
 import json
-import os
-import re
 import shutil
-import subprocess
 import tarfile
-import time
 import urllib.parse
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from pathlib import Path
 
 from sluice_dev.platform.common import (
-    PROVISIONED_MARKER,
     PlatformError,
     Started,
     cache_dir,
-    file_lock,
     free_port,
-    maven_copy_argv,
     pid_alive,
+    provision_maven_jars,
     read_pid,
-    run_logged,
+    single_artifact_pom,
     spawn,
     stop_pid,
     wait_until,
 )
+from sluice_dev.platform.kafka import find_java
 
 COMPONENT = "registry"
-#: Apicurio Registry's release (Apache-2.0); 3.x runs on Java 21+ (2.6.x would run on 17)
-VERSION = "3.3.3"
-JAVA_MIN = 21
+#: Apicurio Registry's release (Apache-2.0): the 2.6.x line runs on Java 17 (3.x needs 21+)
+VERSION = "2.6.13.Final"
 GROUP_ID = "io.apicurio"
 ARTIFACT_ID = "apicurio-registry-app"
 CLASSIFIER = "all"
 TARBALL = f"{ARTIFACT_ID}-{VERSION}-{CLASSIFIER}.tar.gz"
+#: the runnable jar at the top of the unpacked tarball (a Quarkus legacy jar: ``lib/`` beside it)
+RUNNER_JAR = f"{ARTIFACT_ID}-{VERSION}-runner.jar"
 HOST = "127.0.0.1"
-#: the Confluent-compatible API (3.x serves v7 only), relative to the server's root
+#: the Confluent-compatible API (2.6.x serves v6 and v7), relative to the server's root
 CCOMPAT_PATH = "/apis/ccompat/v7"
 #: the global compatibility rule, as Confluent Schema Registry's default
 GLOBAL_COMPATIBILITY = "BACKWARD"
 #: A bounded heap, C1 only and a serial collector, as for the broker and the object store.
 JVM_OPTS = ("-Xmx256m", "-Xms64m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1")
 READY_TIMEOUT = 90.0
-#: JDKs looked for when neither ``$JAVA_HOME`` nor ``java`` on ``PATH`` is new enough
-JDK_DIRS = ("/usr/lib/jvm", "/opt")
 
-_POM = """\
-<?xml version="1.0" encoding="UTF-8"?>
-<!-- Generated by sluice_dev.platform.registry: Apicurio Registry {version}, its `all` distribution. -->
-<project xmlns="http://maven.apache.org/POM/4.0.0">
-  <modelVersion>4.0.0</modelVersion>
-  <groupId>dev.sluice.platform</groupId>
-  <artifactId>apicurio-registry-dist</artifactId>
-  <version>{version}</version>
-  <packaging>pom</packaging>
-  <dependencies>
-    <dependency>
-      <groupId>{group}</groupId>
-      <artifactId>{artifact}</artifactId>
-      <version>{version}</version>
-      <classifier>{classifier}</classifier>
-      <type>tar.gz</type>
-      <exclusions>
-        <exclusion>
-          <groupId>*</groupId>
-          <artifactId>*</artifactId>
-        </exclusion>
-      </exclusions>
-    </dependency>
-  </dependencies>
-</project>
-"""
 
 
 # --- provisioning -------------------------------------------------------------------------------
@@ -108,129 +78,32 @@ def cache_path() -> Path:
 
 
 def pom() -> str:
-    return _POM.format(version=VERSION, group=GROUP_ID, artifact=ARTIFACT_ID, classifier=CLASSIFIER)
+    return single_artifact_pom("registry", f"Apicurio Registry {VERSION}, its `all` distribution",
+                               group=GROUP_ID, artifact=ARTIFACT_ID, version=VERSION, classifier=CLASSIFIER,
+                               type_="tar.gz")
 
 
 def provision(log: Callable[[str], object] = print) -> Path:
     """Resolve and unpack the distribution into the cache once; return its directory (``app``,
-    holding ``quarkus-run.jar``). Idempotent (a marker written last) and locked against
-    concurrent callers; the tarball is not kept once unpacked."""
-    root = cache_path()
-    app = root / "app"
-    marker = root / PROVISIONED_MARKER
-    if marker.exists():
-        return app
-    log_path = root / "provision.log"
-    with file_lock(root / ".lock"):
-        if marker.exists():
-            return app
-        mvn = shutil.which("mvn")
-        if mvn is None:
-            raise PlatformError(COMPONENT, "mvn (Apache Maven) not found on PATH", log_path)
-        log(f"{COMPONENT}: resolving Apicurio Registry {VERSION} with Maven (log: {log_path})")
-        started = time.monotonic()
-        pom_path = root / "pom.xml"
-        pom_path.write_text(pom())
-        download = root / "dist.partial"
-        shutil.rmtree(download, ignore_errors=True)
-        run_logged(COMPONENT, maven_copy_argv(mvn, pom_path, download), log_path=log_path, cwd=root,
-                   timeout=900)
-        found = sorted(p.name for p in download.iterdir()) if download.is_dir() else []
+    holding :data:`RUNNER_JAR` and ``lib/``). Idempotent and locked against concurrent callers
+    (:func:`common.provision_maven_jars`); the tarball is not kept once unpacked."""
+
+    def unpack(staging: Path, log_path: Path) -> str:
+        found = sorted(p.name for p in staging.iterdir()) if staging.is_dir() else []
         if found != [TARBALL]:
             raise PlatformError(COMPONENT, f"expected only {TARBALL} after resolution, got {found}", log_path)
-        staging = root / "app.partial"
-        shutil.rmtree(staging, ignore_errors=True)
         try:
-            with tarfile.open(download / TARBALL) as archive:
+            with tarfile.open(staging / TARBALL) as archive:
                 archive.extractall(staging, filter="data")
         except (OSError, tarfile.TarError) as exc:
             raise PlatformError(COMPONENT, f"cannot unpack {TARBALL}: {exc}", log_path) from exc
-        if not (staging / "quarkus-run.jar").is_file():
-            raise PlatformError(COMPONENT, f"{TARBALL} has no quarkus-run.jar at its top", log_path)
-        shutil.rmtree(download)
-        shutil.rmtree(app, ignore_errors=True)
-        staging.rename(app)
-        marker.write_text(f"{VERSION}\n")
-        log(f"{COMPONENT}: Apicurio Registry {VERSION} ready in {time.monotonic() - started:.1f}s")
-    return app
+        (staging / TARBALL).unlink()
+        if not (staging / RUNNER_JAR).is_file():
+            raise PlatformError(COMPONENT, f"{TARBALL} has no {RUNNER_JAR} at its top", log_path)
+        return f"{VERSION}\n"
 
-
-# --- Java -----------------------------------------------------------------------------------------
-
-
-def parse_release(text: str) -> int | None:
-    """The major version in a JDK's ``release`` file (``JAVA_VERSION="25.0.3"``, ``"1.8.0_402"``)."""
-    match = re.search(r'^JAVA_VERSION="([0-9]+)(?:\.([0-9]+))?', text, re.MULTILINE)
-    if match is None:
-        return None
-    major = int(match.group(1))
-    return int(match.group(2) or 0) if major == 1 else major
-
-
-def parse_version_output(text: str) -> int | None:
-    """The major version in ``java -version``'s output (``openjdk version "17.0.15" ...``)."""
-    match = re.search(r'version "([0-9]+)(?:\.([0-9]+))?', text)
-    if match is None:
-        return None
-    major = int(match.group(1))
-    return int(match.group(2) or 0) if major == 1 else major
-
-
-def java_major(java: Path) -> int | None:
-    """The major version of the ``java`` launcher at ``java``: from its JDK's ``release`` file, or
-    else from ``java -version``; None if neither tells."""
-    home = java.resolve().parent.parent
-    with contextlib.suppress(OSError):
-        found = parse_release((home / "release").read_text())
-        if found is not None:
-            return found
-    try:
-        result = subprocess.run([str(java), "-version"], capture_output=True, text=True, timeout=30,
-                                check=False)
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    return parse_version_output(result.stderr + result.stdout)
-
-
-def _candidates() -> Iterable[tuple[Path, bool]]:
-    """``(java, searched)`` in the order :func:`find_java` tries them."""
-    for variable in ("SLUICE_REGISTRY_JAVA_HOME", "JAVA_HOME"):
-        home = os.environ.get(variable)
-        if home:
-            yield Path(home) / "bin" / "java", False
-    on_path = shutil.which("java")
-    if on_path:
-        yield Path(on_path), False
-    for base in JDK_DIRS:
-        with contextlib.suppress(OSError):
-            for jdk in sorted(Path(base).iterdir()):
-                yield jdk / "bin" / "java", True
-
-
-def find_java() -> tuple[str, int]:
-    """A ``java`` of :data:`JAVA_MIN` or newer and its major version: ``$SLUICE_REGISTRY_JAVA_HOME``,
-    ``$JAVA_HOME`` or ``java`` on ``PATH`` if new enough, else the newest JDK found under
-    :data:`JDK_DIRS`; PlatformError naming what was found otherwise."""
-    seen: dict[str, int | None] = {}
-    best: tuple[int, str] | None = None
-    for java, searched in _candidates():
-        if str(java) in seen or not (java.is_file() and os.access(java, os.X_OK)):
-            continue
-        major = java_major(java)
-        seen[str(java)] = major
-        if major is None or major < JAVA_MIN:
-            continue
-        if not searched:
-            return str(java), major
-        if best is None or major > best[0]:
-            best = (major, str(java))
-    if best is not None:
-        return best[1], best[0]
-    found = ", ".join(f"{path} ({major or '?'})" for path, major in seen.items()) or "none"
-    raise PlatformError(
-        COMPONENT, f"Apicurio Registry {VERSION} needs Java {JAVA_MIN}+; found: {found} (set "
-        f"SLUICE_REGISTRY_JAVA_HOME to a JDK {JAVA_MIN}+)",
-    )
+    return provision_maven_jars(COMPONENT, cache_path(), "app", pom(),
+                                what=f"resolving Apicurio Registry {VERSION}", finish=unpack, log=log)
 
 
 # --- the process --------------------------------------------------------------------------------
@@ -241,30 +114,31 @@ def url(address: str, port: int) -> str:
     return f"http://{address}:{port}{CCOMPAT_PATH}"
 
 
-def argv(java: str, app: Path, *, address: str, port: int, management_port: int, tmp: Path) -> list[str]:
-    """The command line that starts the registry: in-memory storage (the default H2 database) with
-    a small connection pool, the API on ``address:port``, the management interface on loopback."""
+def argv(java: str, app: Path, *, address: str, port: int, tmp: Path) -> list[str]:
+    """The command line that starts the registry: in-memory storage (the distribution's H2
+    database) with a small connection pool, the API (and ``/health``) on ``address:port``, the
+    global compatibility rule :data:`GLOBAL_COMPATIBILITY`."""
     settings = {
         "java.io.tmpdir": str(tmp),
         "vertx.cacheDirBase": str(tmp / "vertx"),
         "quarkus.http.host": address,
         "quarkus.http.port": str(port),
-        "quarkus.management.host": HOST,
-        "quarkus.management.port": str(management_port),
-        "apicurio.storage.kind": "sql",
-        "apicurio.storage.sql.kind": "h2",
-        "apicurio.datasource.jdbc.initial-size": "2",
-        "apicurio.datasource.jdbc.min-size": "2",
-        "apicurio.datasource.jdbc.max-size": "10",
-        "apicurio.import.work-dir": str(tmp),
-        "apicurio.rules.global.compatibility": GLOBAL_COMPATIBILITY,
-        # one INFO line per schema registered, otherwise
-        'quarkus.log.category."io.apicurio.registry.storage.metrics".level': "WARN",
-        # the distribution's own format prints the month as "11+00" (a zone offset)
+        # the distribution's pool starts 20 connections (up to 100) to its in-memory database
+        "quarkus.datasource.jdbc.initial-size": "2",
+        "quarkus.datasource.jdbc.min-size": "2",
+        "quarkus.datasource.jdbc.max-size": "10",
+        # the rule applied to a subject without its own; :func:`start` also stores it, since 2.x's
+        # Confluent-compatible ``GET /config`` reports only a stored rule (NONE otherwise)
+        "registry.rules.global.compatibility": GLOBAL_COMPATIBILITY,
+        # OpenAPI's date format in the v2 REST API (not the Confluent one): the legacy default logs
+        # a 20-line warning at every start
+        "registry.apis.v2.date-format": "yyyy-MM-dd'T'HH:mm:ss'Z'",
+        # the distribution's own format has the week-based year (YYYY) and the caller's class
+        # (often "null") rather than the logger's category
         "quarkus.log.console.format": "%d{yyyy-MM-dd HH:mm:ss,SSS} %p [%c{3.}] (%t) %m%n",
     }
     return [java, *JVM_OPTS, *(f"-D{key}={value}" for key, value in settings.items()),
-            "-jar", str(app / "quarkus-run.jar")]
+            "-jar", str(app / RUNNER_JAR)]
 
 
 def _paths(state_dir: Path) -> dict[str, Path]:
@@ -278,12 +152,17 @@ def _paths(state_dir: Path) -> dict[str, Path]:
     }
 
 
-def _get(base_url: str, path: str, timeout: float = 3.0) -> tuple[int, bytes]:
+def _request(base_url: str, method: str, path: str, body: object = None,
+             timeout: float = 3.0) -> tuple[int, bytes]:
     parsed = urllib.parse.urlsplit(base_url)
     connection = http.client.HTTPConnection(parsed.netloc, timeout=timeout)
+    headers = {"Accept": "application/vnd.schemaregistry.v1+json"}
+    payload = None
+    if body is not None:
+        headers["Content-Type"] = "application/vnd.schemaregistry.v1+json"
+        payload = json.dumps(body).encode()
     try:
-        connection.request("GET", parsed.path.rstrip("/") + path,
-                           headers={"Accept": "application/vnd.schemaregistry.v1+json"})
+        connection.request(method, parsed.path.rstrip("/") + path, body=payload, headers=headers)
         reply = connection.getresponse()
         return reply.status, reply.read()
     finally:
@@ -292,8 +171,21 @@ def _get(base_url: str, path: str, timeout: float = 3.0) -> tuple[int, bytes]:
 
 def answers(base_url: str) -> bool:
     """Does the Confluent-compatible API at ``base_url`` list its subjects?"""
-    status, body = _get(base_url, "/subjects")
+    status, body = _request(base_url, "GET", "/subjects")
     return status == 200 and isinstance(json.loads(body), list)
+
+
+def set_global_compatibility(base_url: str, level: str = GLOBAL_COMPATIBILITY,
+                             log_path: Path | None = None) -> None:
+    """Store the global compatibility rule through the Confluent-compatible API
+    (``PUT /config``); PlatformError (naming ``log_path``) unless the registry takes it."""
+    try:
+        status, body = _request(base_url, "PUT", "/config", {"compatibility": level})
+    except (OSError, http.client.HTTPException) as exc:
+        raise PlatformError(COMPONENT, f"PUT {base_url}/config failed: {exc}", log_path) from exc
+    if status != 200:
+        raise PlatformError(COMPONENT, f"PUT {base_url}/config answered {status}: {body[:200]!r}",
+                            log_path)
 
 
 def _started(record: dict[str, str], paths: dict[str, Path], pid: int) -> Started:
@@ -304,7 +196,7 @@ def _started(record: dict[str, str], paths: dict[str, Path], pid: int) -> Starte
         logs=[paths["log"]],
         info={
             "url": base_url, "version": VERSION, "pid": str(pid), "java": record["java"],
-            "management": record["management"], "pod_address": record.get("pod_address", ""),
+            "health": record["health"], "pod_address": record.get("pod_address", ""),
             "probe": urllib.parse.urlsplit(base_url).netloc,
         },
     )
@@ -332,8 +224,8 @@ def start(
     """Start (or reuse) the registry for ``state_dir``; return once its Confluent-compatible API
     answers. It listens on ``address`` (loopback, or the real node's IP for pods), on ``port`` or
     a free one; ``pod_address``, when given, is the address (the platform's spelling for Kafka and
-    the object store: the node IP, or None for loopback). Any failure (no Java 21+, a JVM that
-    exits or never answers) raises PlatformError naming ``registry.log``."""
+    the object store: the node IP, or None for loopback). Any failure (no java, a JVM that exits
+    or never answers) raises PlatformError naming ``registry.log``."""
     state_dir = Path(state_dir).resolve()
     address = pod_address or address
     pod_address = "" if address == HOST else address
@@ -349,25 +241,24 @@ def start(
         log_path.replace(log_path.with_name("registry.log.prev"))
     log_path.touch()
     try:
-        java, _ = find_java()
+        java = find_java()
     except PlatformError as exc:
-        raise PlatformError(COMPONENT, str(exc).removeprefix(f"{COMPONENT}: "), log_path) from exc
+        raise PlatformError(COMPONENT, str(exc).removeprefix("kafka: "), log_path) from exc
     app = provision()
     shutil.rmtree(paths["tmp"], ignore_errors=True)
     paths["tmp"].mkdir(parents=True)
     port = port if port is not None else free_port(address)
-    management_port = free_port(HOST)
     base_url = url(address, port)
-    proc = spawn(COMPONENT, argv(java, app, address=address, port=port, management_port=management_port,
-                                 tmp=paths["tmp"]),
+    proc = spawn(COMPONENT, argv(java, app, address=address, port=port, tmp=paths["tmp"]),
                  log_path=log_path, pid_path=paths["pid"], cwd=paths["base"])
     try:
         wait_until(COMPONENT, lambda: answers(base_url), timeout=READY_TIMEOUT, log_path=log_path,
                    proc=proc, what=f"answer on {base_url}/subjects")
+        set_global_compatibility(base_url, log_path=log_path)
     except PlatformError:
         stop(state_dir)
         raise
-    record = {"url": base_url, "java": java, "management": f"http://{HOST}:{management_port}",
+    record = {"url": base_url, "java": java, "health": f"http://{address}:{port}/health/ready",
               "pod_address": pod_address}
     paths["endpoint"].write_text(json.dumps(record))
     return _started(record, paths, proc.pid)
