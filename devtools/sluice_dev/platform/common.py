@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import json
 import os
 import shutil
 import signal
@@ -24,6 +25,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 
 def cache_root() -> Path:
@@ -152,6 +154,32 @@ def read_pid(pid_path: Path) -> int | None:
         return int(pid_path.read_text().strip())
     except (OSError, ValueError):
         return None
+
+
+def alive_record(pid_path: Path, record_path: Path,
+                 answers: Callable[[dict[str, Any]], bool]) -> tuple[dict[str, Any], int] | None:
+    """A component started earlier that still runs: its record (the JSON it wrote at start) and its
+    pid, when the process lives and ``answers(record)`` (exceptions count as no); else None."""
+    pid = read_pid(pid_path)
+    if pid is None or not pid_alive(pid):
+        return None
+    try:
+        record = json.loads(record_path.read_text())
+    except (OSError, ValueError):
+        return None
+    with contextlib.suppress(Exception):
+        if isinstance(record, dict) and answers(record):
+            return record, pid
+    return None
+
+
+def fresh_log(log_path: Path) -> Path:
+    """A component's log, empty, the previous one kept beside it as ``<name>.prev``."""
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    if log_path.exists():
+        log_path.replace(log_path.with_name(log_path.name + ".prev"))
+    log_path.touch()
+    return log_path
 
 
 def stop_pid(pid_path: Path, grace: float = 10.0) -> None:

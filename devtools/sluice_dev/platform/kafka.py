@@ -31,6 +31,7 @@ from sluice_dev.platform.common import (
     Started,
     cache_dir,
     free_port,
+    fresh_log,
     pid_alive,
     port_open,
     provision_maven_jars,
@@ -277,10 +278,7 @@ def start(
     paths = _paths(state_dir)
     stop(state_dir)
     paths["base"].mkdir(parents=True, exist_ok=True)
-    log_path = paths["log"]
-    if log_path.exists():
-        log_path.replace(log_path.with_name("kafka.log.prev"))
-    log_path.touch()
+    log_path = fresh_log(paths["log"])
     port = port if port is not None else free_port(HOST)
     controller_port = controller_port if controller_port is not None else free_port(HOST)
     while controller_port == port:

@@ -36,6 +36,7 @@ import xml.etree.ElementTree as ET
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from sluice_runtime import pairing
 
@@ -43,11 +44,11 @@ from sluice_dev.platform import sparkjars
 from sluice_dev.platform.common import (
     PlatformError,
     Started,
+    alive_record,
     cache_dir,
     free_port,
-    pid_alive,
+    fresh_log,
     provision_maven_jars,
-    read_pid,
     single_artifact_pom,
     spawn,
     stop_pid,
@@ -413,18 +414,13 @@ def _started(record: dict[str, str], paths: dict[str, Path], pid: int) -> Starte
 def _running(state_dir: Path) -> Started | None:
     """The store already started from ``state_dir``, if it is alive and answers."""
     paths = _paths(state_dir)
-    pid = read_pid(paths["pid"])
-    if pid is None or not pid_alive(pid):
-        return None
-    try:
-        record = json.loads(paths["endpoint"].read_text())
-    except (OSError, ValueError):
-        return None
-    with contextlib.suppress(Exception):
+
+    def answers(record: dict[str, Any]) -> bool:
         client = S3(record["endpoint"], record["access_key"], record["secret_key"])
-        if _healthz(record["endpoint"]) and client.head_bucket(BUCKET):
-            return _started(record, paths, pid)
-    return None
+        return _healthz(record["endpoint"]) and client.head_bucket(BUCKET)
+
+    found = alive_record(paths["pid"], paths["endpoint"], answers)
+    return _started(found[0], paths, found[1]) if found else None
 
 
 def start(state_dir: Path, *, port: int | None = None, pod_address: str | None = None) -> Started:
@@ -442,10 +438,7 @@ def start(state_dir: Path, *, port: int | None = None, pod_address: str | None =
     paths = _paths(state_dir)
     stop(state_dir)
     paths["base"].mkdir(parents=True, exist_ok=True)
-    log_path = paths["log"]
-    if log_path.exists():
-        log_path.replace(log_path.with_name("s3proxy.log.prev"))
-    log_path.touch()
+    log_path = fresh_log(paths["log"])
     host = pod_address or HOST
     endpoint = f"http://{host}:{port if port is not None else free_port(host)}"
     try:

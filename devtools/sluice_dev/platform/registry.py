@@ -37,11 +37,11 @@ from pathlib import Path
 from sluice_dev.platform.common import (
     PlatformError,
     Started,
+    alive_record,
     cache_dir,
     free_port,
-    pid_alive,
+    fresh_log,
     provision_maven_jars,
-    read_pid,
     single_artifact_pom,
     spawn,
     stop_pid,
@@ -205,17 +205,8 @@ def _started(record: dict[str, str], paths: dict[str, Path], pid: int) -> Starte
 def _running(state_dir: Path) -> Started | None:
     """The registry already started from ``state_dir``, if it is alive and answers."""
     paths = _paths(state_dir)
-    pid = read_pid(paths["pid"])
-    if pid is None or not pid_alive(pid):
-        return None
-    try:
-        record = json.loads(paths["endpoint"].read_text())
-    except (OSError, ValueError):
-        return None
-    with contextlib.suppress(Exception):
-        if answers(record["url"]):
-            return _started(record, paths, pid)
-    return None
+    found = alive_record(paths["pid"], paths["endpoint"], lambda record: answers(record["url"]))
+    return _started(found[0], paths, found[1]) if found else None
 
 
 def start(
@@ -236,10 +227,7 @@ def start(
     paths = _paths(state_dir)
     stop(state_dir)
     paths["base"].mkdir(parents=True, exist_ok=True)
-    log_path = paths["log"]
-    if log_path.exists():
-        log_path.replace(log_path.with_name("registry.log.prev"))
-    log_path.touch()
+    log_path = fresh_log(paths["log"])
     try:
         java = find_java()
     except PlatformError as exc:
