@@ -54,8 +54,9 @@ lint: install
 demo: install
 	$(BIN)/python -m sluice_dev.demo
 
+# NODES=2: a second node, sluice-node-2 (docs/platform.md#two-nodes)
 platform-up: install
-	$(BIN)/sluice-dev platform up
+	$(BIN)/sluice-dev platform up $(if $(NODES),--nodes $(NODES))
 
 deploy: install
 	$(BIN)/sluice-dev deploy

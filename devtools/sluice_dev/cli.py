@@ -19,6 +19,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     platform.add_argument("--state-dir", type=Path, default=Path(".platform"))
     platform.add_argument("--no-node", action="store_true",
                           help="no node (containerd, kubelet): Kafka and the control plane on loopback only")
+    platform.add_argument("--nodes", type=int, choices=[1, 2], default=1,
+                          help="how many real nodes: 2 adds sluice-node-2, in a network namespace of its own")
+    node = sub.add_parser("node", help="power a node of the local platform off (a power loss) or on again")
+    node.add_argument("action", choices=["stop", "start"])
+    node.add_argument("name", metavar="NAME", help="sluice-node or sluice-node-2")
+    node.add_argument("--state-dir", type=Path, default=Path(".platform"))
     deploy = sub.add_parser("deploy", help="install the CRDs and start the operator on the platform")
     deploy.add_argument("--state-dir", type=Path, default=Path(".platform"))
     images = sub.add_parser("images", help="container images from the Dockerfiles (buildah, cached)")
@@ -39,8 +45,15 @@ def main(argv: Sequence[str] | None = None) -> int:
                 print(f"loaded into the real node of {args.state_dir}")
         elif args.command == "deploy":
             orchestrate.deploy(args.state_dir)
+        elif args.command == "node":
+            orchestrate.node_power(args.state_dir, args.name, on=args.action == "start")
         elif args.action == "up":
-            orchestrate.up(args.state_dir, with_node=not args.no_node)
+            if args.nodes == 1:
+                orchestrate.up(args.state_dir, with_node=not args.no_node)
+            elif args.no_node:
+                parser.error("--nodes and --no-node exclude each other")
+            else:
+                orchestrate.up(args.state_dir, with_node=True, nodes=args.nodes)
         elif args.action == "down":
             orchestrate.down(args.state_dir)
         else:

@@ -23,9 +23,11 @@ def node_state(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("realnode")
 
 
-@pytest.fixture(scope="package")
+@pytest.fixture(scope="module")
 def real_node(node_state: Path) -> Iterator[Node]:
-    """Kafka, control plane and real node (containerd, kubelet, kube-proxy), stopped at the end."""
+    """Kafka, control plane and real node (containerd, kubelet, kube-proxy), stopped at the end of
+    the module: the two-node tests (``test_two_nodes.py``, a fixture of their own) need the
+    machine's bridge and iptables, so the two never run at once."""
     with running_node(node_state) as started:
         yield started
 

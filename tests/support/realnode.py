@@ -31,6 +31,24 @@ class Node:
     info: dict[str, str]
     #: Kafka's pod listener on the node IP (what the platform exports with the real node)
     kafka: str
+    #: how many nodes run: ``sluice-node``, and with 2 ``sluice-node-2`` (``node.topology``)
+    nodes: int = 1
+
+    def power_off(self, name: str) -> None:
+        """A power loss of node ``name`` (SIGKILL of its kubelet, containerd, shims, containers;
+        its pod network gone); its Node turns NotReady after the node-monitor grace period."""
+        from sluice_dev.platform import node
+
+        node.power_off(self.state_dir, name)
+
+    def power_on(self, name: str) -> None:
+        """Node ``name`` back after ``power_off``: returns once it is Ready again."""
+        from sluice_dev.platform import node
+
+        try:
+            node.power_on(self.state_dir, name)
+        except common.PlatformError as exc:
+            pytest.fail(str(exc), pytrace=False)
 
     def env(self) -> dict[str, str]:
         return {
@@ -41,17 +59,23 @@ class Node:
 
 
 @contextmanager
-def running_node(state_dir: Path) -> Iterator[Node]:
+def running_node(state_dir: Path, nodes: int = 1) -> Iterator[Node]:
+    """``nodes=2``: a second node, ``sluice-node-2``, and a control plane whose node-monitor
+    grace period is short (``node.NODE_MONITOR_GRACE_PERIOD``), for node-loss tests."""
     from kubernetes import config
     from sluice_dev.platform import kafka, kube, node
 
+    grace = node.NODE_MONITOR_GRACE_PERIOD if nodes > 1 else None
     try:
         bin_dir = kube.provision()
         node.provision()
         address = node.network_up(state_dir)
         started_kafka = kafka.start(state_dir, pod_address=address)
-        started_kube = kube.start(state_dir, advertise_address=address)
-        started_node = node.start(state_dir)
+        if grace is None:
+            started_kube = kube.start(state_dir, advertise_address=address)
+        else:
+            started_kube = kube.start(state_dir, advertise_address=address, node_monitor_grace_period=grace)
+        started_node = node.start(state_dir) if nodes == 1 else node.start(state_dir, nodes=nodes)
     except common.PlatformError as exc:
         node.stop(state_dir)
         kube.stop(state_dir)
@@ -61,7 +85,7 @@ def running_node(state_dir: Path) -> Iterator[Node]:
     api = config.new_client_from_config(config_file=str(kubeconfig))
     try:
         bootstrap = started_kafka.env["SLUICE_KAFKA_BOOTSTRAP"]
-        yield Node(state_dir, kubeconfig, api, bin_dir, started_node.info, bootstrap)
+        yield Node(state_dir, kubeconfig, api, bin_dir, started_node.info, bootstrap, nodes)
     finally:
         api.close()
         node.stop(state_dir)

@@ -177,7 +177,9 @@ def _require_binaries(bin_dir: Path) -> None:
             )
 
 
-def start(state_dir: Path, *, advertise_address: str | None = None) -> Started:
+def start(
+    state_dir: Path, *, advertise_address: str | None = None, node_monitor_grace_period: str | None = None
+) -> Started:
     """Start etcd, kube-apiserver, kube-controller-manager and kube-scheduler on 127.0.0.1.
 
     With ``advertise_address`` (the real node's IP, see ``sluice_dev.platform.node``; its bridge
@@ -188,6 +190,9 @@ def start(state_dir: Path, *, advertise_address: str | None = None) -> Started:
     Returns once the apiserver is ready and the controller-manager has created the ``default``
     ServiceAccount. Leftovers of an earlier run in ``state_dir`` are stopped first; on failure every
     process started here is stopped again and ``PlatformError`` names the failing process and its log.
+
+    ``node_monitor_grace_period`` (such as ``20s``; the controller manager's default is 50 s): how
+    long a node may miss its heartbeats before it is NotReady (two nodes, for node-loss tests).
     """
     state_dir = state_dir.resolve()
     directory = kube_dir(state_dir)
@@ -198,7 +203,9 @@ def start(state_dir: Path, *, advertise_address: str | None = None) -> Started:
     pki = ensure_pki(directory)
     for attempt in range(2):
         try:
-            return _start(state_dir, bin_dir, pki, _Group(state_dir), advertise_address)
+            return _start(
+                state_dir, bin_dir, pki, _Group(state_dir), advertise_address, node_monitor_grace_period
+            )
         except PlatformError as exc:
             stop(state_dir)
             # Free ports are picked up front; another process may grab one before we bind it.
@@ -229,8 +236,16 @@ def apiserver_network_args(advertise_address: str | None) -> list[str]:
     ]
 
 
+def controller_manager_node_args(node_monitor_grace_period: str | None) -> list[str]:
+    """How soon a silent node is NotReady: the default (50 s), or ``node_monitor_grace_period``."""
+    if node_monitor_grace_period is None:
+        return []
+    return [f"--node-monitor-grace-period={node_monitor_grace_period}", "--node-monitor-period=2s"]
+
+
 def _start(
-    state_dir: Path, bin_dir: Path, pki: Pki, group: _Group, advertise_address: str | None = None
+    state_dir: Path, bin_dir: Path, pki: Pki, group: _Group, advertise_address: str | None = None,
+    node_monitor_grace_period: str | None = None,
 ) -> Started:
     directory = kube_dir(state_dir)
     etcd_client, etcd_peer, apiserver_port, kcm_port, scheduler_port = _ports(5)
@@ -319,6 +334,7 @@ def _start(
         f"--cluster-signing-cert-file={pki.ca_crt}",
         f"--cluster-signing-key-file={pki.ca_key}",
         f"--service-cluster-ip-range={SERVICE_CIDR}",
+        *controller_manager_node_args(node_monitor_grace_period),
         "--leader-elect=false",
         "--profiling=false",
         "--v=1",
@@ -363,5 +379,6 @@ def _start(
             "admin_kubeconfig": str(admin),
             "etcd": etcd_url,
             "version": VERSION,
+            **({"node_monitor_grace_period": node_monitor_grace_period} if node_monitor_grace_period else {}),
         },
     )

@@ -101,12 +101,44 @@ def _stop_node(state_dir: Path) -> None:
     _module("node").stop(state_dir, keep_network=True)
 
 
-def up(state_dir: Path, log: Callable[[str], None] = print, with_node: bool = True) -> dict[str, Any]:
+def _grace_period(nodes: int) -> str | None:
+    """The controller manager's node-monitor grace period: short with two nodes (node-loss
+    tests), the default with one."""
+    return str(_module("node").NODE_MONITOR_GRACE_PERIOD) if nodes > 1 else None
+
+
+def _nodes_alive(entry: dict[str, Any], nodes: int) -> bool:
+    """Does the kubelet of every node but the first answer (node 1's is the entry's probe)?"""
+    info = entry.get("info", {})
+    for index in range(2, nodes + 1):
+        host, _, port = str(info.get(f"node_{index}_probe", ":0")).rpartition(":")
+        if not host or not common.port_open(host, int(port)):
+            return False
+    return True
+
+
+def _mismatch(name: str, entry: dict[str, Any], nodes: int) -> str | None:
+    """Why a running component does not fit a platform of ``nodes`` nodes, if it does not."""
+    info = entry.get("info", {})
+    if name == "kube" and info.get("node_monitor_grace_period") != _grace_period(nodes):
+        return f"restarting for {nodes} node(s) (node-monitor grace period)"
+    if name == "node" and str(info.get("nodes", "1")) != str(nodes):
+        return f"restarting for {nodes} node(s)"
+    return None
+
+
+def up(
+    state_dir: Path, log: Callable[[str], None] = print, with_node: bool = True, nodes: int = 1
+) -> dict[str, Any]:
     """Provision what is missing and start every component that is not already running.
 
     With ``with_node=False`` no node starts (Kafka and the control plane on loopback only); a
-    running node is then stopped.
+    running node is then stopped. ``nodes=2`` starts a second node, ``sluice-node-2`` (and the
+    control plane with a short node-monitor grace period, so that a powered-off node is soon
+    NotReady); going from one node to two or back restarts the control plane and the nodes.
     """
+    if nodes != 1 and not with_node:
+        raise common.PlatformError("node", f"{nodes} nodes asked for without a node")
     state_dir = state_dir.resolve()
     state_dir.mkdir(parents=True, exist_ok=True)
     state = _load_state(state_dir)
@@ -132,7 +164,12 @@ def up(state_dir: Path, log: Callable[[str], None] = print, with_node: bool = Tr
         key = _ADDRESS_KEYS.get(name)
         if entry and key and (entry.get("info", {}).get(key) or None) != advertise:
             log(f"{name}: restarting for the node's network")
-        elif entry and _healthy(name, entry, state_dir):
+        elif entry and with_node and _mismatch(name, entry, nodes):
+            log(f"{name}: {_mismatch(name, entry, nodes)}")
+        elif (
+            entry and _healthy(name, entry, state_dir)
+            and (name != "node" or _nodes_alive(entry, nodes))
+        ):
             log(f"{name}: already running ({entry.get('probe')})")
             continue
         if hasattr(module, "provision"):
@@ -146,12 +183,21 @@ def up(state_dir: Path, log: Callable[[str], None] = print, with_node: bool = Tr
         if name in ("kafka", "objectstore"):  # listen where pods reach the host
             started = module.start(state_dir, pod_address=advertise)
         elif name == "kube":
-            started = module.start(state_dir, advertise_address=advertise)
+            if nodes > 1:
+                grace = _grace_period(nodes)
+                started = module.start(
+                    state_dir, advertise_address=advertise, node_monitor_grace_period=grace
+                )
+            else:
+                started = module.start(state_dir, advertise_address=advertise)
             if advertise is not None:
                 started.info["advertise_address"] = advertise
             if "node" in state:  # a fresh cluster: the node registers again
                 _stop_node(state_dir)
                 del state["node"]
+        elif name == "node" and nodes > 1:
+            started = module.start(state_dir, nodes=nodes)
+            log(f"{name}: {nodes} nodes; the second started in {started.info.get('node_2_start_seconds')}s")
         else:
             started = module.start(state_dir)
         log(f"{name}: started in {time.monotonic() - t1:.1f}s")
@@ -279,6 +325,25 @@ def down(state_dir: Path, log: Callable[[str], None] = print) -> None:
         log(f"{name}: stopped")
     for leftover in ("state.json", "env"):
         (state_dir / leftover).unlink(missing_ok=True)
+
+
+def node_power(state_dir: Path, name: str, *, on: bool, log: Callable[[str], None] = print) -> None:
+    """``sluice-dev node stop|start NAME``: a power loss of one node of the running platform
+    (``node.power_off``: SIGKILL of its kubelet, containerd, shims and containers, its pod
+    network gone; its Node turns NotReady after the node-monitor grace period), or the node
+    back (``node.power_on``: returns once it is Ready)."""
+    state_dir = state_dir.resolve()
+    if "node" not in _load_state(state_dir):
+        raise common.PlatformError("node", f"no node runs from {state_dir}: run `make platform-up` first")
+    node = _module("node")
+    if on:
+        t0 = time.monotonic()
+        node.power_on(state_dir, name)
+        log(f"{name}: Ready in {time.monotonic() - t0:.1f}s")
+    else:
+        node.power_off(state_dir, name)
+        log(f"{name}: powered off (its Node turns NotReady after the controller manager's "
+            f"node-monitor grace period; `sluice-dev node start {name}` brings it back)")
 
 
 def status(state_dir: Path, log: Callable[[str], None] = print) -> bool:

@@ -167,24 +167,32 @@ def containerd_config(layout: Layout, *, sandbox_image: str = PAUSE_IMAGE) -> st
     })
 
 
-def cni_conflist(layout: Layout, *, subnet: str = POD_SUBNET) -> dict[str, Any]:
+def cni_conflist(
+    layout: Layout, *, subnet: str = POD_SUBNET, bridge: str = BRIDGE, range_start: str | None = None,
+) -> dict[str, Any]:
     """Bridge (our own ``sluice0``, the gateway masquerading egress) + host-local IPAM with its
     data under the state dir, then portmap (hostPort) and a hairpin so a pod reaches itself
-    through a Service. Loopback is set up by containerd itself."""
+    through a Service. Loopback is set up by containerd itself.
+
+    ``range_start``: the first address pods get (with two nodes, node 1's range starts after the
+    addresses kept for the nodes, ``NODE_ADDRESSES``)."""
+    pod_range: dict[str, str] = {"subnet": subnet, "gateway": node_ip(subnet)}
+    if range_start is not None:
+        pod_range["rangeStart"] = range_start
     return {
         "cniVersion": "1.0.0",
         "name": CNI_NETWORK,
         "plugins": [
             {
                 "type": "bridge",
-                "bridge": BRIDGE,
+                "bridge": bridge,
                 "isGateway": True,
                 "ipMasq": True,
                 "hairpinMode": True,
                 "ipam": {
                     "type": "host-local",
                     "dataDir": str(layout.cni_data_dir),
-                    "ranges": [[{"subnet": subnet, "gateway": node_ip(subnet)}]],
+                    "ranges": [[pod_range]],
                     "routes": [{"dst": "0.0.0.0/0"}],
                 },
             },
@@ -201,9 +209,17 @@ class KubeletPorts:
 
 def kubelet_config(
     layout: Layout, *, ca: Path, serving_cert: Path, serving_key: Path, ports: KubeletPorts,
-    address: str,
+    address: str, healthz_address: str = "127.0.0.1", node_lease_seconds: int | None = None,
 ) -> dict[str, Any]:
-    """KubeletConfiguration for a cgroup-v1, systemd-less, unprivileged-OOM machine."""
+    """KubeletConfiguration for a cgroup-v1, systemd-less, unprivileged-OOM machine.
+
+    ``healthz_address``: a node in a network namespace of its own serves /healthz on its node IP
+    (the host checks it there). ``node_lease_seconds``: the Node Lease's duration (the kubelet
+    renews it at a quarter of that), shorter than the default 40 s when the controller manager's
+    node-monitor grace period is (two nodes)."""
+    extra: dict[str, Any] = {}
+    if node_lease_seconds is not None:
+        extra["nodeLeaseDurationSeconds"] = node_lease_seconds
     return {
         "apiVersion": "kubelet.config.k8s.io/v1beta1",
         "kind": "KubeletConfiguration",
@@ -216,7 +232,7 @@ def kubelet_config(
         "address": address,
         "port": ports.server,
         "readOnlyPort": 0,
-        "healthzBindAddress": "127.0.0.1",
+        "healthzBindAddress": healthz_address,
         "healthzPort": ports.healthz,
         "tlsCertFile": str(serving_cert),
         "tlsPrivateKeyFile": str(serving_key),
@@ -242,6 +258,7 @@ def kubelet_config(
         "clusterDNS": [DNS_IP],
         "clusterDomain": CLUSTER_DOMAIN,
         "maxPods": 110,
+        **extra,
     }
 
 
@@ -268,8 +285,11 @@ class ProxyPorts:
 
 def kube_proxy_config(
     *, kubeconfig: Path, ports: ProxyPorts, node_name: str = NODE_NAME, cluster_cidr: str = POD_SUBNET,
+    bind_address: str = "127.0.0.1",
 ) -> dict[str, Any]:
-    """KubeProxyConfiguration, iptables mode, touching no sysctl it would need privileges for."""
+    """KubeProxyConfiguration, iptables mode, touching no sysctl it would need privileges for
+    (``bind_address``: where /healthz and /metrics listen, the node IP for a node in a network
+    namespace of its own)."""
     return {
         "apiVersion": "kubeproxy.config.k8s.io/v1alpha1",
         "kind": "KubeProxyConfiguration",
@@ -277,8 +297,8 @@ def kube_proxy_config(
         "clientConnection": {"kubeconfig": str(kubeconfig)},
         "hostnameOverride": node_name,
         "clusterCIDR": cluster_cidr,
-        "healthzBindAddress": f"127.0.0.1:{ports.healthz}",
-        "metricsBindAddress": f"127.0.0.1:{ports.metrics}",
+        "healthzBindAddress": f"{bind_address}:{ports.healthz}",
+        "metricsBindAddress": f"{bind_address}:{ports.metrics}",
         "oomScoreAdj": 0,
         # 0 = leave the conntrack sysctls alone
         "conntrack": {

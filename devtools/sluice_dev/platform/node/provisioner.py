@@ -3,7 +3,9 @@
 Creates the StorageClass (provisioner ``sluice.dev/local``, ``volumeBindingMode: Immediate``,
 marked default), then polls: a pending PVC of that class gets a PV under ``<state>/pv/<pv name>``
 pre-bound to it (the controller-manager's PV controller completes the binding). A released PV
-with ``reclaimPolicy: Delete`` loses its directory and its object; ``Retain`` keeps both.
+with ``reclaimPolicy: Delete`` loses its directory and its object; ``Retain`` keeps both. Given
+the node the directories are on (``--node``, with two nodes), every PV gets a node affinity to it,
+so that a pod using one is scheduled there only.
 """
 
 from __future__ import annotations
@@ -49,11 +51,18 @@ def wants_volume(pvc: Obj, classes: dict[str, Obj]) -> bool:
     return cls is not None and cls.get("provisioner") == PROVISIONER
 
 
-def pv_for(pvc: Obj, cls: Obj, root: Path) -> Obj:
+def node_affinity(node: str) -> Obj:
+    """A PV's ``nodeAffinity`` to ``node`` (its hostPath directory is that node's)."""
+    term = {"matchExpressions": [{"key": "kubernetes.io/hostname", "operator": "In", "values": [node]}]}
+    return {"required": {"nodeSelectorTerms": [term]}}
+
+
+def pv_for(pvc: Obj, cls: Obj, root: Path, node: str | None = None) -> Obj:
+    """The hostPath PV for ``pvc`` under ``root``; with ``node``, pinned to it (``node_affinity``)."""
     meta, spec = pvc["metadata"], pvc["spec"]
     name = f"pvc-{meta['uid']}"
     storage = ((spec.get("resources") or {}).get("requests") or {}).get("storage", "1Gi")
-    return {
+    pv: Obj = {
         "apiVersion": "v1",
         "kind": "PersistentVolume",
         "metadata": {
@@ -77,6 +86,9 @@ def pv_for(pvc: Obj, cls: Obj, root: Path) -> Obj:
             },
         },
     }
+    if node is not None:
+        pv["spec"]["nodeAffinity"] = node_affinity(node)
+    return pv
 
 
 def should_delete(pv: Obj) -> bool:
@@ -88,12 +100,14 @@ def should_delete(pv: Obj) -> bool:
 class Provisioner:
     def __init__(
         self, api: Api, root: Path, interval: float = 1.0, make_default: bool = True,
-        dir_mode: int | None = None,
+        dir_mode: int | None = None, node: str | None = None,
     ) -> None:
         """``dir_mode``: what the volumes' directories are chmod'ed to (pods running as another
-        user than this process need write access; a hostPath volume gets no fsGroup)."""
+        user than this process need write access; a hostPath volume gets no fsGroup). ``node``:
+        the node ``root`` is on, given to the volumes as their node affinity."""
         self.api, self.root, self.interval, self.make_default = api, root, interval, make_default
         self.dir_mode = dir_mode
+        self.node = node
         self.stop = threading.Event()
         self.thread = threading.Thread(target=self._loop, name="provisioner", daemon=True)
 
@@ -129,7 +143,7 @@ class Provisioner:
                 self.remove(pv)
 
     def provision(self, pvc: Obj, cls: Obj) -> None:
-        pv = pv_for(pvc, cls, self.root)
+        pv = pv_for(pvc, cls, self.root, self.node)
         directory = Path(pv["spec"]["hostPath"]["path"])
         directory.mkdir(parents=True, exist_ok=True)
         if self.dir_mode is not None:

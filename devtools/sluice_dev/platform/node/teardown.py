@@ -165,16 +165,20 @@ def is_node_process(argv: list[str], node_dir: Path) -> bool:
     return any(pattern.search(arg) for arg in argv[1:])
 
 
-def processes(layout: config.Layout) -> list[int]:
+def processes(layout: config.Layout, *, provisioner: bool = True) -> list[int]:
     """Pids of processes started by the node: its programs whose arguments name the node's
-    state dir (containerd, shims, kubelet, kube-proxy) plus the containers' processes (runc)."""
+    state dir (containerd, shims, kubelet, kube-proxy) plus the containers' processes (runc).
+    ``provisioner=False`` leaves out the volume provisioner (a cluster add-on, not the node's)."""
     found: set[int] = set()
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit() or int(entry.name) == os.getpid():
             continue
         with contextlib.suppress(OSError):
             argv = (entry / "cmdline").read_bytes().decode(errors="replace").split("\0")
-            if is_node_process(argv[:-1] if argv and argv[-1] == "" else argv, layout.dir):
+            argv = argv[:-1] if argv and argv[-1] == "" else argv
+            if not provisioner and volumes.MODULE in argv[1:3]:
+                continue
+            if is_node_process(argv, layout.dir):
                 found.add(int(entry.name))
     found.update(container_pids(layout))
     return sorted(pid for pid in found if _alive(pid))
@@ -209,10 +213,14 @@ def container_pids(layout: config.Layout) -> set[int]:
     return pids
 
 
-def kill_processes(layout: config.Layout, grace: float = 5.0) -> None:
-    """SIGTERM, then SIGKILL, every process of ``processes``; then delete the runc containers."""
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        pids = processes(layout)
+def kill_processes(
+    layout: config.Layout, grace: float = 5.0, *, power_loss: bool = False, provisioner: bool = True
+) -> None:
+    """SIGTERM, then SIGKILL, every process of ``processes``; then delete the runc containers.
+    ``power_loss``: SIGKILL at once, every process in one pass (the containers' processes are
+    listed before their shims die)."""
+    for sig in (signal.SIGKILL,) if power_loss else (signal.SIGTERM, signal.SIGKILL):
+        pids = processes(layout, provisioner=provisioner)
         if not pids:
             break
         for pid in pids:
@@ -271,13 +279,21 @@ def owned_elsewhere(layout: config.Layout) -> bool:
     return owner is not None and owner != str(layout.dir) and bool(processes(config.Layout(Path(owner))))
 
 
-def remove_network(layout: config.Layout, *, keep_bridge: bool = False) -> None:
+#: host ends of the veths of nodes in network namespaces of their own (``topology``)
+NODE_LINK_PREFIX = "sluice-n"
+
+
+def remove_network(
+    layout: config.Layout, *, keep_bridge: bool = False, keep_node_links: bool = False
+) -> None:
     """Remove the veths on the bridge, the iptables chains and rules, and (unless
-    ``keep_bridge``, when the bridge is ours) the bridge itself, restoring ``ip_forward``."""
+    ``keep_bridge``, when the bridge is ours) the bridge itself, restoring ``ip_forward``.
+    ``keep_node_links`` keeps the ports that are other nodes' links (node 1 powered off)."""
     if owned_elsewhere(layout):
         return
     for port in bridge_ports():
-        _run(["ip", "link", "delete", port])
+        if not (keep_node_links and port.startswith(NODE_LINK_PREFIX)):
+            _run(["ip", "link", "delete", port])
     clean_iptables()
     if keep_bridge and bridge_owner() == str(layout.dir):
         return
@@ -364,6 +380,59 @@ def teardown(layout: config.Layout, *, keep_bridge: bool = False) -> None:
     remove_cgroups(layout)
     remove_network(layout, keep_bridge=keep_bridge)
     remove_empty_dirs()
+
+
+def power_off(layout: config.Layout) -> None:
+    """Node 1 loses power: its kubelet, containerd, shims, kube-proxy and every container
+    SIGKILLed at once, its mounts and its pods' network (their veths, the host's KUBE-* and CNI
+    chains) gone; the bridge ``sluice0`` and its address stay (Kafka, the API server and s3proxy
+    listen there, and other nodes hang on it), so does the volume provisioner (a cluster add-on)."""
+    kill_processes(layout, power_loss=True, provisioner=False)
+    remove_host_files(layout)
+    unmount_all(layout.dir)
+    remove_cgroups(layout)
+    remove_network(layout, keep_bridge=True, keep_node_links=True)
+
+
+def teardown_isolated(
+    layout: config.Layout, *, host_link: str, route: list[str], power_loss: bool = False
+) -> None:
+    """Remove a node that lives in a network namespace of its own: its processes (SIGKILL at
+    once with ``power_loss``), host files, every mount under its dir (its namespace's among them,
+    which takes the veth pair, its bridge and its iptables with it), its cgroups, the host end of
+    its veth if still there and the host's route to its pods (``route``: the ``ip route del``)."""
+    kill_processes(layout, power_loss=power_loss)
+    remove_host_files(layout)
+    unmount_all(layout.dir)
+    remove_cgroups(layout)
+    if Path(f"/sys/class/net/{host_link}").exists():
+        _run(["ip", "link", "delete", host_link])
+    if _route_present(route):
+        _run(route)
+
+
+def _route_present(route: list[str]) -> bool:
+    """Is the route of an ``ip route del <dst> ...`` command on the host?"""
+    destination = route[3]
+    return bool(_run(["ip", "-o", "route", "show", destination]).stdout.strip())
+
+
+def isolated_leftovers(layout: config.Layout, *, host_link: str, route: list[str]) -> list[str]:
+    """What a stopped node in a namespace of its own left behind (empty when clean)."""
+    found = [f"process {pid}: {_cmdline(pid)}" for pid in processes(layout)]
+    found += [f"mount {point}" for point in mounts_under(layout.dir)]
+    if Path(f"/sys/class/net/{host_link}").exists():
+        found.append(f"link {host_link} (a node's veth)")
+    if _route_present(route):
+        found.append(f"route {route[3]}")
+    found += [f"shim socket {socket}" for socket in shim_sockets(layout)]
+    found += [f"cgroup {path}" for path in container_cgroups(layout)]
+    if CONTAINER_LOG_LINKS.is_dir():
+        for link in CONTAINER_LOG_LINKS.iterdir():
+            with contextlib.suppress(OSError):
+                if link.is_symlink() and os.readlink(link).startswith(str(layout.pod_logs)):
+                    found.append(f"log link {link}")
+    return found
 
 
 def leftovers(layout: config.Layout) -> list[str]:

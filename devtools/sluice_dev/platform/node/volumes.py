@@ -25,8 +25,11 @@ DIR_MODE = 0o777
 __all__ = ["CLASS_NAME", "DIR_MODE", "MODULE", "argv", "main"]
 
 
-def argv(python: str, *, kubeconfig: Path, root: Path) -> list[str]:
-    return [python, "-m", MODULE, f"--kubeconfig={kubeconfig}", f"--root={root}"]
+def argv(python: str, *, kubeconfig: Path, root: Path, node: str | None = None) -> list[str]:
+    """``node``: the node whose directory ``root`` is; its volumes get a node affinity to it
+    (with two nodes: a pod using one is never scheduled on the other)."""
+    extra = [f"--node={node}"] if node else []
+    return [python, "-m", MODULE, f"--kubeconfig={kubeconfig}", f"--root={root}", *extra]
 
 
 def main(args: list[str] | None = None) -> int:
@@ -36,12 +39,13 @@ def main(args: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog=MODULE, description=__doc__.splitlines()[0])
     parser.add_argument("--kubeconfig", type=Path, required=True)
     parser.add_argument("--root", type=Path, required=True, help="where the volumes' directories go")
+    parser.add_argument("--node", help="the node the directories are on (node affinity of the volumes)")
     options = parser.parse_args(args)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
-    provisioner = Provisioner(Api(options.kubeconfig), options.root, dir_mode=DIR_MODE)
+    provisioner = Provisioner(Api(options.kubeconfig), options.root, dir_mode=DIR_MODE, node=options.node)
     provisioner.start()
     logging.info("provisioning the %s class under %s", CLASS_NAME, options.root)
     stop.wait()
