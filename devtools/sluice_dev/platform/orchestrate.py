@@ -2,8 +2,8 @@
 
 State lives in ``.platform/`` (or ``--state-dir``): pid files and logs per component,
 ``state.json`` (what was started, for idempotent re-runs) and ``env`` (shell ``export`` lines a
-user sources: ``KUBECONFIG``, ``SLUICE_KAFKA_BOOTSTRAP``, the object store's ``SLUICE_S3_*`` and
-``PATH`` with kubectl and helm).
+user sources: ``KUBECONFIG``, ``SLUICE_KAFKA_BOOTSTRAP``, the object store's ``SLUICE_S3_*``, the
+schema registry's ``SLUICE_SCHEMA_REGISTRY_URL`` and ``PATH`` with kubectl and helm).
 """
 
 from __future__ import annotations
@@ -21,8 +21,8 @@ from sluice_dev.platform import common
 
 #: Components with processes, in start order (stopped in reverse); ``node`` is the real node
 #: (containerd, kubelet, kube-proxy, volumes, CoreDNS), left out with ``--no-node``;
-#: ``objectstore`` is s3proxy.
-SERVICES = ("kafka", "objectstore", "kube", "node")
+#: ``objectstore`` is s3proxy; ``registry`` is Apicurio Registry (its Confluent-compatible API).
+SERVICES = ("kafka", "objectstore", "registry", "kube", "node")
 
 
 def _module(name: str) -> ModuleType:
@@ -92,7 +92,8 @@ def _advertise_address(with_node: bool) -> str | None:
 
 
 #: The ``info`` key under which each component records the address it was started for.
-_ADDRESS_KEYS = {"kube": "advertise_address", "kafka": "pod_address", "objectstore": "pod_address"}
+_ADDRESS_KEYS = {"kube": "advertise_address", "kafka": "pod_address", "objectstore": "pod_address",
+                 "registry": "pod_address"}
 
 
 def _stop_node(state_dir: Path) -> None:
@@ -180,7 +181,7 @@ def up(
         else:
             module.stop(state_dir)
         t1 = time.monotonic()
-        if name in ("kafka", "objectstore"):  # listen where pods reach the host
+        if name in ("kafka", "objectstore", "registry"):  # listen where pods reach the host
             started = module.start(state_dir, pod_address=advertise)
         elif name == "kube":
             if nodes > 1:

@@ -26,7 +26,7 @@ class FakeComponent:
         self.calls.append((self.name, "start", address))
         env = {"KUBECONFIG": str(state_dir / "admin.kubeconfig")} if self.name == "kube" else {}
         info = {"probe": "127.0.0.1:1", "server": "https://127.0.0.1:1"}
-        if self.name in ("kafka", "objectstore"):
+        if self.name in ("kafka", "objectstore", "registry"):
             info["pod_address"] = address or ""
         return common.Started(self.name, env=env, info=info)
 
@@ -41,7 +41,8 @@ class FakeComponent:
 @pytest.fixture
 def calls(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, str, Any]]:
     recorded: list[tuple[str, str, Any]] = []
-    fakes = {name: FakeComponent(name, recorded) for name in ("kafka", "objectstore", "kube", "node")}
+    names = ("kafka", "objectstore", "registry", "kube", "node")
+    fakes = {name: FakeComponent(name, recorded) for name in names}
     fakes_any: dict[str, Any] = {**fakes, "sparkjars": SimpleNamespace(provision=lambda log=print: None)}
     monkeypatch.setattr(orchestrate, "_module", lambda name: fakes_any[name])
     monkeypatch.setattr(orchestrate, "_healthy", lambda name, entry, state_dir=None: True)
@@ -54,7 +55,7 @@ def _starts(calls: list[tuple[str, str, Any]]) -> list[tuple[str, Any]]:
 
 def test_no_node_keeps_kafka_and_the_control_plane_on_loopback(tmp_path: Path, calls: list[Any]) -> None:
     state = orchestrate.up(tmp_path, log=lambda _: None, with_node=False)
-    assert _starts(calls) == [("kafka", None), ("objectstore", None), ("kube", None)]
+    assert _starts(calls) == [("kafka", None), ("objectstore", None), ("registry", None), ("kube", None)]
     assert "node" not in state
     assert ("node", "network_up", None) not in calls
 
@@ -68,7 +69,8 @@ def test_the_real_node_starts_kafka_and_the_control_plane_on_its_bridge(
     # the bridge before anything binds the node IP; Kafka and the API server listen there
     assert calls[0] == ("node", "network_up", None)
     assert _starts(calls) == [
-        ("kafka", "10.242.0.1"), ("objectstore", "10.242.0.1"), ("kube", "10.242.0.1"), ("node", None)
+        ("kafka", "10.242.0.1"), ("objectstore", "10.242.0.1"), ("registry", "10.242.0.1"),
+        ("kube", "10.242.0.1"), ("node", None),
     ]
     assert state["kube"]["info"]["advertise_address"] == "10.242.0.1"
     assert state["kafka"]["info"]["pod_address"] == "10.242.0.1"
@@ -81,7 +83,7 @@ def test_the_real_node_starts_kafka_and_the_control_plane_on_its_bridge(
     calls.clear()
     orchestrate.up(tmp_path, log=lambda _: None, with_node=False)  # no node: the bridge goes
     assert ("node", "stop", None) in calls
-    assert _starts(calls) == [("kafka", None), ("objectstore", None), ("kube", None)]
+    assert _starts(calls) == [("kafka", None), ("objectstore", None), ("registry", None), ("kube", None)]
 
 
 def test_down_stops_the_node_then_the_control_plane_the_object_store_and_kafka(
@@ -92,7 +94,8 @@ def test_down_stops_the_node_then_the_control_plane_the_object_store_and_kafka(
     monkeypatch.setattr(operator, "stop", lambda state_dir: None)
     orchestrate.down(tmp_path, log=lambda _: None)
     stopped = [(name, keep) for name, action, keep in calls if action == "stop"]
-    assert stopped == [("node", None), ("kube", None), ("objectstore", None), ("kafka", None)]
+    assert stopped == [("node", None), ("kube", None), ("registry", None), ("objectstore", None),
+                       ("kafka", None)]
 
 
 def test_images_load_only_into_a_running_real_node(tmp_path: Path, calls: list[Any]) -> None:
