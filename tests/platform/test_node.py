@@ -30,6 +30,7 @@ from sluice_dev.platform.node import lifecycle, teardown
 
 from tests.platform.conftest import Node
 from tests.support import waiting
+from tests.support.realnode import pod_ready, succeeded_logs
 
 eventually = partial(waiting.eventually, timeout=120.0, interval=0.5, retry_on=(ApiException, OSError))
 SA_CA = "/var/run/secrets/kubernetes.io/serviceaccount/ca.crt"
@@ -73,21 +74,6 @@ def _client_pod(name: str, *args: str, mode: str = "get") -> dict[str, Any]:
     }
 
 
-def _ready(core: Any, namespace: str, name: str) -> Any:
-    pod = core.read_namespaced_pod(name, namespace)
-    statuses = pod.status.container_statuses or []
-    return pod if statuses and all(s.ready for s in statuses) else None
-
-
-def _succeeded_logs(core: Any, namespace: str, name: str) -> str | None:
-    pod = core.read_namespaced_pod(name, namespace)
-    if pod.status.phase == "Failed":
-        raise AssertionError(f"pod {name} failed: {core.read_namespaced_pod_log(name, namespace)}")
-    if pod.status.phase != "Succeeded":
-        return None
-    return str(core.read_namespaced_pod_log(name, namespace))
-
-
 def _serve(core: Any, namespace: str) -> tuple[Any, Any]:
     """A ready test server pod and a ClusterIP Service in front of it."""
     core.create_namespaced_pod(namespace, _server_pod("web", {"app": "web"}))
@@ -95,7 +81,7 @@ def _serve(core: Any, namespace: str) -> tuple[Any, Any]:
         "apiVersion": "v1", "kind": "Service", "metadata": {"name": "web"},
         "spec": {"selector": {"app": "web"}, "ports": [{"port": 80, "targetPort": 8080}]},
     })
-    pod = eventually(lambda: _ready(core, namespace, "web"), what="the web pod passes its readiness probe")
+    pod = eventually(lambda: pod_ready(core, namespace, "web"), what="the web pod passes its readiness probe")
     return pod, service
 
 
@@ -130,7 +116,7 @@ def test_cluster_ip_service_reaches_the_pod_from_the_host_and_from_a_pod(
     url = f"http://{service.spec.cluster_ip}/"
     assert eventually(lambda: _http(url), what="the Service answers from the host") == "hello from web\n"
     core.create_namespaced_pod(node_namespace, _client_pod("client", url))
-    logs = eventually(lambda: _succeeded_logs(core, node_namespace, "client"), what="the client pod succeeds")
+    logs = eventually(lambda: succeeded_logs(core, node_namespace, "client"), what="the client pod succeeds")
     assert logs == "hello from web\n"
 
 
@@ -144,7 +130,7 @@ def test_kubernetes_service_reaches_the_api_server_from_a_pod(
     )
     core.create_namespaced_pod(node_namespace, _client_pod("api", "https://10.0.0.1/readyz", SA_CA))
     logs = eventually(
-        lambda: _succeeded_logs(core, node_namespace, "api"), what="the API client pod succeeds"
+        lambda: succeeded_logs(core, node_namespace, "api"), what="the API client pod succeeds"
     )
     assert logs.strip() == "ok"
 
@@ -159,7 +145,7 @@ def test_kafka_answers_pods_and_the_host_at_the_address_it_advertises(
     # the Kafka protocol from a pod: metadata from the bootstrap, then from the advertised broker
     core.create_namespaced_pod(node_namespace, _client_pod("kafka", real_node.kafka, mode="kafka"))
     logs = eventually(
-        lambda: _succeeded_logs(core, node_namespace, "kafka"), what="the Kafka client pod succeeds"
+        lambda: succeeded_logs(core, node_namespace, "kafka"), what="the Kafka client pod succeeds"
     )
     assert logs == f"broker 1 at {real_node.kafka}\n"
     admin = AdminClient({"bootstrap.servers": real_node.kafka})
@@ -173,7 +159,7 @@ def test_cluster_dns_resolves_service_names_in_pods(real_node: Node, node_namesp
     for name, url in (("short", "http://web/"), ("full", f"http://web.{node_namespace}.svc.cluster.local/")):
         core.create_namespaced_pod(node_namespace, _client_pod(name, url))
         logs = eventually(
-            partial(_succeeded_logs, core, node_namespace, name), what=f"the client pod reaches {url} by name"
+            partial(succeeded_logs, core, node_namespace, name), what=f"the client pod reaches {url} by name"
         )
         assert logs == "hello from web\n"
 
@@ -186,7 +172,7 @@ def test_container_killed_with_sigkill_is_restarted(real_node: Node, node_namesp
     subprocess.run(["runc", f"--root={runc_root}", "kill", container_id, "KILL"], check=True)
 
     def restarted() -> Any:
-        current = _ready(core, node_namespace, "web")
+        current = pod_ready(core, node_namespace, "web")
         return current if current and current.status.container_statuses[0].restart_count >= 1 else None
 
     current = eventually(restarted, what="the kubelet restarts the killed container and it is ready again")
@@ -210,7 +196,7 @@ def test_crashed_node_recovers_on_the_next_start(real_node: Node, node_namespace
         pytest.fail(str(exc), pytrace=False)
 
     def running_again() -> Any:
-        pod = _ready(core, node_namespace, "web")
+        pod = pod_ready(core, node_namespace, "web")
         return pod if pod and pod.status.container_statuses[0].container_id != old_id else None
 
     pod = eventually(running_again, what="the pod runs again (a new container) on the restarted node")
@@ -254,11 +240,11 @@ def test_the_project_s_images_run_under_the_kubelet_in_a_restricted_namespace(re
                 }],
             },
         })
-    runtime = eventually(lambda: _succeeded_logs(core, namespace, "runtime"), what="sluice-runtime --help")
+    runtime = eventually(lambda: succeeded_logs(core, namespace, "runtime"), what="sluice-runtime --help")
     assert "usage: sluice-runtime" in runtime
-    operator = eventually(lambda: _succeeded_logs(core, namespace, "operator"), what="sluice --version")
+    operator = eventually(lambda: succeeded_logs(core, namespace, "operator"), what="sluice --version")
     assert operator.strip() == f"sluice {version}"
-    uid = eventually(lambda: _succeeded_logs(core, namespace, "whoami"), what="id -u")
+    uid = eventually(lambda: succeeded_logs(core, namespace, "whoami"), what="id -u")
     assert uid.strip() == str(RUN_AS_USER)
     # the namespace really enforces it: a root pod is refused
     with pytest.raises(ApiException, match="restricted"):

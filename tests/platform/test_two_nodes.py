@@ -30,7 +30,7 @@ from sluice_dev.platform.node import lifecycle, teardown, topology
 
 from tests.support import waiting
 from tests.support.namespaces import fresh_namespace
-from tests.support.realnode import Node, running_node
+from tests.support.realnode import Node, pod_ready, running_node, succeeded_logs
 
 eventually = partial(waiting.eventually, timeout=120.0, interval=0.5, retry_on=(ApiException, OSError))
 NODE_1, NODE_2 = topology.node_spec(1), topology.node_spec(2)
@@ -94,30 +94,17 @@ def _service(name: str) -> dict[str, Any]:
     }
 
 
-def _ready(core: Any, namespace: str, name: str) -> Any:
-    pod = core.read_namespaced_pod(name, namespace)
-    statuses = pod.status.container_statuses or []
-    return pod if statuses and all(s.ready for s in statuses) else None
-
-
-def _succeeded_logs(core: Any, namespace: str, name: str) -> str | None:
-    pod = core.read_namespaced_pod(name, namespace)
-    if pod.status.phase == "Failed":
-        raise AssertionError(f"pod {name} failed: {core.read_namespaced_pod_log(name, namespace)}")
-    return str(core.read_namespaced_pod_log(name, namespace)) if pod.status.phase == "Succeeded" else None
-
-
 def _serve(core: Any, namespace: str, name: str, node_name: str) -> Any:
     core.create_namespaced_pod(namespace, _server(name, node_name))
     core.create_namespaced_service(namespace, _service(name))
-    pod = eventually(lambda: _ready(core, namespace, name), what=f"{name} on {node_name} is ready")
+    pod = eventually(lambda: pod_ready(core, namespace, name), what=f"{name} on {node_name} is ready")
     assert pod.spec.node_name == node_name
     return pod
 
 
 def _run(core: Any, namespace: str, name: str, node_name: str, *args: str) -> str:
     core.create_namespaced_pod(namespace, _client(name, node_name, *args))
-    logs = eventually(partial(_succeeded_logs, core, namespace, name), what=f"{name} on {node_name} succeeds")
+    logs = eventually(partial(succeeded_logs, core, namespace, name), what=f"{name} on {node_name} succeeds")
     assert core.read_namespaced_pod(name, namespace).spec.node_name == node_name
     return logs
 

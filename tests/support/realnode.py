@@ -120,3 +120,20 @@ def signal_container(runc_root: str, container_id: str, sig: int) -> None:
                 raise  # the container's init is gone: there was nothing to signal
             # a short-lived process of the container (a child the JVM or Python ran) ended
             # between the listing and the signal: the others still get it
+
+
+def pod_ready(core: Any, namespace: str, name: str) -> Any:
+    """The pod when every container of it is ready, else None (``core``: a CoreV1Api)."""
+    pod = core.read_namespaced_pod(name, namespace)
+    statuses = pod.status.container_statuses or []
+    return pod if statuses and all(s.ready for s in statuses) else None
+
+
+def succeeded_logs(core: Any, namespace: str, name: str) -> str | None:
+    """A run-to-completion pod's log once it succeeded (None while it runs; a failure raises)."""
+    pod = core.read_namespaced_pod(name, namespace)
+    if pod.status.phase == "Failed":
+        raise AssertionError(f"pod {name} failed: {core.read_namespaced_pod_log(name, namespace)}")
+    if pod.status.phase != "Succeeded":
+        return None
+    return str(core.read_namespaced_pod_log(name, namespace))

@@ -417,28 +417,36 @@ def _route_present(route: list[str]) -> bool:
     return bool(_run(["ip", "-o", "route", "show", destination]).stdout.strip())
 
 
-def isolated_leftovers(layout: config.Layout, *, host_link: str, route: list[str]) -> list[str]:
-    """What a stopped node in a namespace of its own left behind (empty when clean)."""
-    found = [f"process {pid}: {_cmdline(pid)}" for pid in processes(layout)]
-    found += [f"mount {point}" for point in mounts_under(layout.dir)]
-    if Path(f"/sys/class/net/{host_link}").exists():
-        found.append(f"link {host_link} (a node's veth)")
-    if _route_present(route):
-        found.append(f"route {route[3]}")
-    found += [f"shim socket {socket}" for socket in shim_sockets(layout)]
-    found += [f"cgroup {path}" for path in container_cgroups(layout)]
+def _own_leftovers(layout: config.Layout) -> tuple[list[str], list[str]]:
+    """What any stopped node leaves in its own directory and on the host, in two parts: its
+    processes and mounts; its shim sockets, cgroups and container log links."""
+    first = [f"process {pid}: {_cmdline(pid)}" for pid in processes(layout)]
+    first += [f"mount {point}" for point in mounts_under(layout.dir)]
+    last = [f"shim socket {socket}" for socket in shim_sockets(layout)]
+    last += [f"cgroup {path}" for path in container_cgroups(layout)]
     if CONTAINER_LOG_LINKS.is_dir():
         for link in CONTAINER_LOG_LINKS.iterdir():
             with contextlib.suppress(OSError):
                 if link.is_symlink() and os.readlink(link).startswith(str(layout.pod_logs)):
-                    found.append(f"log link {link}")
-    return found
+                    last.append(f"log link {link}")
+    return first, last
+
+
+def isolated_leftovers(layout: config.Layout, *, host_link: str, route: list[str]) -> list[str]:
+    """What a stopped node in a namespace of its own left behind (empty when clean)."""
+    first, last = _own_leftovers(layout)
+    found = list(first)
+    if Path(f"/sys/class/net/{host_link}").exists():
+        found.append(f"link {host_link} (a node's veth)")
+    if _route_present(route):
+        found.append(f"route {route[3]}")
+    return found + last
 
 
 def leftovers(layout: config.Layout) -> list[str]:
     """What a stopped node left behind (empty when clean): the check the tests call."""
-    found = [f"process {pid}: {_cmdline(pid)}" for pid in processes(layout)]
-    found += [f"mount {point}" for point in mounts_under(layout.dir)]
+    first, last = _own_leftovers(layout)
+    found = list(first)
     if bridge_exists():
         found.append(f"link {config.BRIDGE} (ports: {', '.join(bridge_ports()) or 'none'})")
     found += [f"link {name} (a CNI veth)" for name in cni_veths()]
@@ -447,14 +455,7 @@ def leftovers(layout: config.Layout) -> list[str]:
         result = _run([save])
         if result.returncode == 0:
             found += [f"{save}: chain {chain}" for chain in iptables_leftovers(result.stdout)]
-    found += [f"shim socket {socket}" for socket in shim_sockets(layout)]
-    found += [f"cgroup {path}" for path in container_cgroups(layout)]
-    if CONTAINER_LOG_LINKS.is_dir():
-        for link in CONTAINER_LOG_LINKS.iterdir():
-            with contextlib.suppress(OSError):
-                if link.is_symlink() and os.readlink(link).startswith(str(layout.pod_logs)):
-                    found.append(f"log link {link}")
-    return found
+    return found + last
 
 
 def cni_veths() -> list[str]:
