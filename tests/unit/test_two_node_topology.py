@@ -195,7 +195,7 @@ def test_up_with_two_nodes_starts_the_control_plane_with_a_short_grace_period(
             NODE_MONITOR_GRACE_PERIOD=topology.NODE_MONITOR_GRACE_PERIOD,
         )
 
-    fakes = {name: component(name) for name in ("kafka", "objectstore", "kube", "node")}
+    fakes = {name: component(name) for name in orchestrate.SERVICES}
     fakes["sparkjars"] = SimpleNamespace(provision=lambda log=print: None)
     monkeypatch.setattr(orchestrate, "_module", lambda name: fakes[name])
     monkeypatch.setattr(orchestrate, "_healthy", lambda name, entry, state_dir=None: True)
