@@ -16,7 +16,7 @@ from sluice.crd.querycluster import QueryClusterSpec
 from sluice.crd.streamingquery import PurgeStatus, StreamingQuerySpec
 from sluice.operator.builders import QueryContext
 from sluice.operator.builders.purge import PURGE_DEADLINE_SECONDS, purge_pod, purge_pod_name, purge_prefix
-from sluice.operator.desired import engine_of
+from sluice.operator.desired import engine_of, with_pinned_service
 from sluice.operator.env import DEFAULT_CLUSTER, Env, QueryRun, Retry, backoff
 from sluice.operator.kafka_admin import KafkaUnavailable, TopicAdmin
 from sluice.operator.kube import KubeError
@@ -139,11 +139,8 @@ def _delete_inventory(run: QueryRun, admin: TopicAdmin) -> None:
 
 def _context(run: QueryRun, spec: StreamingQuerySpec, cluster: QueryClusterSpec) -> QueryContext:
     """The query as its drivers ran: the serviceId pinned at creation, the engine they ran on."""
-    pinned_service = (run.status.get("identity") or {}).get("serviceId")
-    if pinned_service and pinned_service != cluster.service_id:
-        cluster = cluster.model_copy(update={"service_id": pinned_service})
     ctx = QueryContext(namespace=run.ns, name=run.name, uid=str(run.body["metadata"].get("uid") or ""),
-                       spec=spec, cluster=cluster)
+                       spec=spec, cluster=with_pinned_service(run, cluster))
     engine = engine_of(run.records.engine)
     return ctx.on_engine(engine) if engine is not None else ctx
 

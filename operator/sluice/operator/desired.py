@@ -48,6 +48,16 @@ def engine_of(recorded: EngineRef | None) -> Engine | None:
     return Engine.model_validate(recorded.for_storage()).snapshot() if recorded else None
 
 
+def with_pinned_service(run: QueryRun, cluster: QueryClusterSpec) -> QueryClusterSpec:
+    """The cluster with the serviceId pinned in the query's status at creation: a changed serviceId
+    must not move a running query's consumer group, transactional id and checkpoint (that would
+    silently drop its state)."""
+    pinned = (run.status.get("identity") or {}).get("serviceId")
+    if not pinned or pinned == cluster.service_id:
+        return cluster
+    return cluster.model_copy(update={"service_id": pinned})
+
+
 def engines(run: QueryRun, cluster: QueryClusterSpec, cluster_obj: dict[str, Any]) -> Engines:
     now = cluster.engine(default_image())
     stable = engine_of(run.records.engine)

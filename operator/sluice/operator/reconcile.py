@@ -27,7 +27,7 @@ from sluice.crd.streamingquery import StreamingQuerySpec
 from sluice.operator import builders
 from sluice.operator.builders.context import QueryContext
 from sluice.operator.builders.memory import memory_problem
-from sluice.operator.desired import Desired, Engines, desired_plan, engines
+from sluice.operator.desired import Desired, Engines, desired_plan, engines, with_pinned_service
 from sluice.operator.drivers import driver_problem
 from sluice.operator.env import (
     DEFAULT_CLUSTER,
@@ -147,13 +147,11 @@ def _observe(run: QueryRun, retry: int) -> Observed:
                  {"lastCompileError": error, "cluster": cluster_name}, EventReason.COMPILE_FAILED)
         raise Stop(message) from exc
 
-    pinned_service = (run.status.get("identity") or {}).get("serviceId")
-    if pinned_service and pinned_service != cluster.service_id:
-        # identity is pinned at creation: a changed serviceId must not move a running query's
-        # consumer group, transactional id and checkpoint (that would silently drop its state)
-        log.warning("%s/%s keeps serviceId %r (cluster now says %r)", run.ns, run.name, pinned_service,
+    pinned = with_pinned_service(run, cluster)
+    if pinned is not cluster:
+        log.warning("%s/%s keeps serviceId %r (cluster now says %r)", run.ns, run.name, pinned.service_id,
                     cluster.service_id)
-        cluster = cluster.model_copy(update={"service_id": pinned_service})
+        cluster = pinned
     base_ctx = QueryContext(namespace=run.ns, name=run.name, uid=body["metadata"]["uid"], spec=spec,
                             cluster=cluster)
     ctx = pinned_context(base_ctx.on_engine(engs.stable, freeze=engs.stable.template != WORKLOAD_TEMPLATE),
