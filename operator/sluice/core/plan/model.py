@@ -56,6 +56,19 @@ class MalformedHandling(PlanModel):
     topic: str | None = None
 
 
+class RegistrySchema(PlanModel):
+    """A record schema from the schema registry, pinned in the plan by content: a source's reader
+    schema (the subject's version and id the compiler found), or the schema a sink writes (derived
+    from the output schema; its id is the registry's answer when the operator registers it at
+    rollout, not part of the plan). A subject gaining versions never changes a pinned plan."""
+
+    subject: str = Field(description="Subject name, e.g. 'orders-value' (TopicNameStrategy).")
+    schema_type: Literal["AVRO"] = Field(default="AVRO", description="The registry's schema type.")
+    schema_: str = Field(alias="schema", description="The schema's text (Avro JSON, canonical form).")
+    id: int | None = Field(default=None, description="A source's pinned schema id in the registry.")
+    version: int | None = Field(default=None, description="A source's pinned subject version.")
+
+
 class StepBase(PlanModel):
     id: str = Field(description="Stable id of the step within the plan, e.g. 'source-orders', 'aggregate-1'.")
     inputs: list[str] = Field(default_factory=list, description="Ids of the steps feeding this one.")
@@ -66,7 +79,11 @@ class KafkaSourceV1(StepBase):
     type: Literal["kafkaSourceV1"] = "kafkaSourceV1"
     source: str = Field(description="Source name as the SQL refers to it.")
     topic: str
-    format: Literal["json"] = "json"
+    format: Literal["json", "avro"] = Field(
+        default="json", description="Record value format: json, or avro in the Confluent wire format "
+        "(magic byte, schema id, Avro binary) read with the pinned reader schema (valueSchema).")
+    value_schema: RegistrySchema | None = Field(
+        default=None, description="avro: the reader schema pinned from the registry.")
     columns: list[FieldSpec] = Field(description="Declared record value columns.")
     starting_offsets: Literal["earliest", "latest"] = "earliest"
     max_offsets_per_trigger: int | None = None
@@ -166,7 +183,11 @@ class TriggerSpec(PlanModel):
 class KafkaSinkV1(StepBase):
     type: Literal["kafkaSinkV1"] = "kafkaSinkV1"
     topic: str
-    format: Literal["json"] = "json"
+    format: Literal["json", "avro"] = Field(
+        default="json", description="Record value format: json, or avro in the Confluent wire format "
+        "with the schema valueSchema, registered under its subject by the operator at rollout.")
+    value_schema: RegistrySchema | None = Field(
+        default=None, description="avro: the schema written, derived from the output schema.")
     key: list[str] = Field(default_factory=list)
     output_mode: Literal["append", "update", "complete"] = "append"
     delivery: Literal["atLeastOnce", "exactlyOnce"] = "atLeastOnce"
