@@ -9,7 +9,8 @@ coordinates, and Spark's own resolver (Ivy) downloads it into ``~/.ivy2*`` on th
 Which connector version goes with which Spark is recorded in :mod:`sluice_runtime.pairing`, which
 the image (``runtime-image/Dockerfile``) and the development cache
 (``devtools/sluice_dev/platform/sparkjars.py``) follow too: for Spark 4.3.0, whose own connector is
-not published on Maven Central as reachable here, the newest published one (4.2.0).
+not published on Maven Central as reachable here, the newest published one (4.2.0). The fallback
+asks for ``spark-avro`` too (avro sources and sinks), in the version that record pairs.
 """
 
 from __future__ import annotations
@@ -52,9 +53,19 @@ def coordinates(pyspark_version: str) -> str:
     return f"org.apache.spark:{ARTIFACT}:{connector_version(pyspark_version)}"
 
 
+def avro_coordinates(pyspark_version: str) -> str:
+    """``org.apache.spark:spark-avro_2.13:<version>``: the recorded one for the image's Spark, else
+    the given PySpark's own."""
+    avro = pairing.by_name("avro")
+    version = avro.version if pyspark_version == pairing.SPARK else pyspark_version
+    return f"{avro.group}:{avro.artifact}:{version}"
+
+
 def packages_conf(pyspark_version: str) -> dict[str, str]:
-    """Spark settings that make Spark resolve the connector (network access on first use)."""
-    return {"spark.jars.packages": coordinates(pyspark_version), "spark.jars.excludes": ",".join(EXCLUDES)}
+    """Spark settings that make Spark resolve the connector and ``spark-avro`` (network access on
+    first use)."""
+    packages = f"{coordinates(pyspark_version)},{avro_coordinates(pyspark_version)}"
+    return {"spark.jars.packages": packages, "spark.jars.excludes": ",".join(EXCLUDES)}
 
 
 def installed_pyspark() -> tuple[str, Path] | None:

@@ -100,7 +100,7 @@ def test_runtime_has_java_17(runtime_bundle: Path) -> None:
 def test_runtime_has_the_kafka_connector_in_sparks_jars(runtime_bundle: Path) -> None:
     jars = _ok(bundle.run_in_bundle(runtime_bundle, ["python", "-c", _JARS])).split()
     for prefix in ("spark-sql-kafka-0-10_2.13-", "spark-token-provider-kafka-0-10_2.13-",
-                   "kafka-clients-", "commons-pool2-"):
+                   "kafka-clients-", "commons-pool2-", "spark-avro_2.13-"):
         assert [jar for jar in jars if jar.startswith(prefix)], prefix
     # one copy of each library: nothing the connector brought that pyspark already ships
     assert len([jar for jar in jars if jar.startswith("scala-library-")]) == 1

@@ -1,4 +1,5 @@
-"""Spark's connector jars (``spark-sql-kafka-0-10`` and its token provider) for the pinned PySpark.
+"""Spark's connector jars (``spark-sql-kafka-0-10``, its token provider and ``spark-avro``) for the
+pinned PySpark.
 
 The jars are resolved with Maven (``dependency:copy-dependencies``, runtime scope) into
 ``~/.cache/sluice/spark-kafka-<SPARK_VERSION>-<pairing key>/jars`` and handed to Spark with
@@ -153,6 +154,8 @@ def provision(log: Callable[[str], object] = print) -> Path:
         kept, substituted = drop_shipped(staging, pyspark_jars_dir(), log_path)
         if not any(name.startswith(f"spark-sql-kafka-0-10_{SCALA}-") for name in kept):
             raise PlatformError(COMPONENT, "spark-sql-kafka-0-10 jar missing after resolution", log_path)
+        if not any(name.startswith(f"spark-avro_{SCALA}-") for name in kept):
+            raise PlatformError(COMPONENT, "spark-avro jar missing after resolution", log_path)
         if substituted:
             log(f"spark-kafka: using pyspark's own version of {', '.join(substituted)}")
         return "\n".join(kept) + "\n"
@@ -162,7 +165,7 @@ def provision(log: Callable[[str], object] = print) -> Path:
         cache_path(),
         "jars",
         render_pom(),
-        what="resolving the Kafka connector jars",
+        what="resolving the Kafka connector and spark-avro jars",
         check=check,
         finish=finish,
         log=log,

@@ -165,7 +165,9 @@ def test_connector_coordinates_follow_pyspark() -> None:
     assert connector.coordinates("4.3.0") == "org.apache.spark:spark-sql-kafka-0-10_2.13:4.2.0"
     assert connector.coordinates("4.2.0") == "org.apache.spark:spark-sql-kafka-0-10_2.13:4.2.0"
     conf = connector.packages_conf("4.3.0")
-    assert conf["spark.jars.packages"] == "org.apache.spark:spark-sql-kafka-0-10_2.13:4.2.0"
+    assert conf["spark.jars.packages"] == (
+        "org.apache.spark:spark-sql-kafka-0-10_2.13:4.2.0,org.apache.spark:spark-avro_2.13:4.2.0")
+    assert connector.avro_coordinates("4.2.0") == "org.apache.spark:spark-avro_2.13:4.2.0"
     assert "org.scala-lang:scala-library" in conf["spark.jars.excludes"].split(",")
 
 

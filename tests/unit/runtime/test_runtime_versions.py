@@ -124,7 +124,8 @@ def test_outside_an_image_the_jars_come_from_sluice_jars(tmp_path: Path) -> None
     shipped = {c.name: (c.version, c.recorded) for c in found.connectors}
     assert {name: shipped.pop(name) for name in ("kafka", "kafka-token-provider")} == {
         "kafka": ("4.2.0", "4.2.0"), "kafka-token-provider": ("4.0.0", "4.2.0")}
-    # the S3A set is recorded too; no jar of it here
+    # spark-avro and the S3A set are recorded too; no jar of them here
+    assert shipped.pop("avro") == (None, pairing.by_name("avro").version)
     assert shipped == {a.name: (None, a.version) for a in pairing.S3A_ARTIFACTS}
     text = versions.render_text(found)
     assert "(not an image: no " in text.splitlines()[0]
@@ -158,9 +159,9 @@ def test_pairing_problems_name_unrecorded_pairings() -> None:
         f"{token.artifact}: ships 4.0.0, recorded {token.version}"]
     assert versions.pairing_problems(_spark_jars(f"{token.artifact}-4.0.0.jar"), pairing.SPARK) == [
         f"{token.artifact}: ships 4.0.0, {token.version}, recorded {token.version}"]
-    avro = f"spark-avro_{pairing.SCALA}-4.2.0.jar"
-    assert versions.pairing_problems(_spark_jars(avro), pairing.SPARK) == [
-        f"{avro}: a Spark artifact of another version than {pairing.SPARK}, not recorded"]
+    protobuf = f"spark-protobuf_{pairing.SCALA}-4.2.0.jar"
+    assert versions.pairing_problems(_spark_jars(protobuf), pairing.SPARK) == [
+        f"{protobuf}: a Spark artifact of another version than {pairing.SPARK}, not recorded"]
     missing = [j for j in _spark_jars() if j.artifact != _KAFKA]
     assert versions.pairing_problems(missing, pairing.SPARK) == [
         f"{_KAFKA}: ships no jar, recorded {pairing.by_name('kafka').version}"]
