@@ -32,6 +32,8 @@ E2E_UNIT = "tests/e2e"
 #: the folders whose tests form the e2e work unit: the e2e files and the real node's tests, which
 #: both need the machine's one real node (its bridge and iptables chains), so never at once
 NODE_FOLDERS = ("tests/e2e/", "tests/platform/")
+#: the e2e module that starts a real platform of its own (two nodes), before the e2e cluster
+OWN_PLATFORM_E2E = "tests/e2e/test_node_loss.py"
 
 
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
@@ -67,12 +69,16 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     def rank(item: pytest.Item) -> int:
         """The real node's tests before the e2e tests: their node (a package fixture) is gone when
         the e2e cluster starts, while the e2e cluster (``tests/e2e`` is no package: its fixture
-        lives until the session ends) would still hold the machine's one real node."""
+        lives until the session ends) would still hold the machine's one real node. The node-loss
+        module, with a two-node platform of its own (a module fixture), goes first among the e2e
+        tests for the same reason."""
         if item.nodeid.startswith(NODE_FOLDERS[1]):
             return 0 if distributed else 1
-        if item.get_closest_marker("e2e") is not None:
+        if item.nodeid.startswith(OWN_PLATFORM_E2E):
             return 1 if distributed else 2
-        return 2 if distributed else 0
+        if item.get_closest_marker("e2e") is not None:
+            return 2 if distributed else 3
+        return 3 if distributed else 0
 
     items.sort(key=rank)  # stable: the rest keeps its order
     if not any(i.get_closest_marker("integration") or i.get_closest_marker("e2e") for i in items):

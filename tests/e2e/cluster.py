@@ -42,8 +42,8 @@ class E2ECluster:
     #: stop and start the operator (fail-over must not need it)
     stop_operator: Callable[[], None] | None = None
     start_operator: Callable[[], None] | None = None
-    #: the real node's runc state root for containerd's CRI namespace (``kind == "node"``)
-    runc_root: str | None = None
+    #: each real node's runc state root for containerd's CRI namespace, by node name (``kind == "node"``)
+    runc_roots: dict[str, str] = field(default_factory=dict)
     #: labels of every test namespace (the real node's enforce ``restricted``)
     namespace_labels: dict[str, str] = field(default_factory=dict)
     #: give a local image on every node another name (``tag_image("sluice-runtime:0.1.0", alias)``):
@@ -52,6 +52,10 @@ class E2ECluster:
     #: stop the API server (returns at once) and start it again (returns once it is ready): an outage
     stop_apiserver: Callable[[], None] | None = None
     start_apiserver: Callable[[], None] | None = None
+    #: a power loss of a node by name, and its power back (returns once it is Ready): the real
+    #: platform's ``sluice-dev node stop/start``
+    power_off: Callable[[str], None] | None = None
+    power_on: Callable[[str], None] | None = None
 
     # -- kubectl ---------------------------------------------------------------------------------
     def kubectl_result(self, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
@@ -138,6 +142,12 @@ class E2ECluster:
                 return pod
         return None
 
+    def runc_root(self, pod: dict[str, Any]) -> str:
+        """The runc state root of the real node ``pod`` runs on."""
+        node = pod["spec"].get("nodeName")
+        assert node in self.runc_roots, f"{pod['metadata']['name']} is on {node}, none of {self.runc_roots}"
+        return self.runc_roots[node]
+
     def signal_pod(self, pod: dict[str, Any], sig: int) -> None:
         """Send ``sig`` to a driver pod's runtime process (and its JVM) from outside the pod
         (the pod is read again first: its container may have restarted since)."""
@@ -155,8 +165,7 @@ class E2ECluster:
         else:
             from tests.support.realnode import signal_container
 
-            assert self.runc_root is not None
-            signal_container(self.runc_root, status["containerID"], sig)
+            signal_container(self.runc_root(fresh), status["containerID"], sig)
 
     def signal_jvm(self, pod: dict[str, Any], sig: int) -> None:
         """Send ``sig`` (SIGSTOP, SIGCONT) to a driver pod's JVM alone, from outside the pod: the
@@ -176,8 +185,8 @@ class E2ECluster:
             return
         from tests.support.realnode import container_pids
 
-        assert self.runc_root is not None
-        pids = container_pids(self.runc_root, status["containerID"].split("://", 1)[-1], init_only=False)
+        container = status["containerID"].split("://", 1)[-1]
+        pids = container_pids(self.runc_root(fresh), container, init_only=False)
         jvms = [pid for pid in pids if _command(pid) == "java"]
         assert jvms, f"no JVM among the processes {pids} of pod {pod['metadata']['name']}"
         for pid in jvms:

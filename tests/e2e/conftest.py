@@ -67,15 +67,16 @@ def cluster(request: pytest.FixtureRequest) -> Iterator[E2ECluster]:
     yield from _on_the_real_node(request.getfixturevalue("tmp_path_factory").mktemp("e2e-node"))
 
 
-def _on_the_real_node(state: Path) -> Iterator[E2ECluster]:
-    """The real node with the project's images loaded and the operator installed by the chart
-    (two replicas, leader election); test namespaces enforce ``restricted``."""
+def _on_the_real_node(state: Path, nodes: int = 1) -> Iterator[E2ECluster]:
+    """The real node (``nodes=2``: and ``sluice-node-2``) with the project's images loaded and
+    the operator installed by the chart (two replicas, leader election); test namespaces enforce
+    ``restricted``."""
     from sluice_dev.images import build
     from sluice_dev.platform import chart, kube, node
 
     from tests.support.realnode import running_node
 
-    with running_node(state) as real:
+    with running_node(state, nodes=nodes) as real:
         try:
             node.load_images(state, build.by_reference(build.build([])))
             chart.install(real.kubeconfig, real.bin_dir, state / "operator" / "helm.log")
@@ -83,25 +84,55 @@ def _on_the_real_node(state: Path) -> Iterator[E2ECluster]:
             pytest.fail(str(exc), pytrace=False)
         apiserver: list[str] = []
         server = yaml.safe_load(real.kubeconfig.read_text())["clusters"][0]["cluster"]["server"]
+        prefixes = ["", *(f"node_{index}_" for index in range(2, nodes + 1))]
+        runc_roots = {real.info[f"{p}node"]: str(Path(real.info[f"{p}runc_root"]) / "k8s.io")
+                      for p in prefixes}
 
         def stop_apiserver() -> None:
             apiserver[:] = kube.stop_apiserver(state)
+
+        def power_on(name: str) -> None:
+            node.power_on(state, name)
 
         yield E2ECluster(
             stop_apiserver=stop_apiserver,
             start_apiserver=lambda: kube.start_apiserver(state, apiserver, server),
             kubeconfig=real.kubeconfig, kubectl_bin=real.bin_dir / "kubectl", bootstrap=real.kafka,
-            kind="node", runc_root=str(Path(real.info["runc_root"]) / "k8s.io"),
+            kind="node", runc_roots=runc_roots,
             namespace_labels=dict(chart.RESTRICTED),
             stop_operator=lambda: chart.scale(real.kubeconfig, real.bin_dir, 0),
             start_operator=lambda: chart.scale(real.kubeconfig, real.bin_dir, 2),
             tag_image=lambda image, alias: node.tag_image(state, image, alias),
+            power_off=lambda name: node.power_off(state, name),
+            power_on=power_on,
         )
+
+
+@pytest.fixture(scope="module")
+def two_nodes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[E2ECluster]:
+    """The real platform on two nodes, ``sluice-node`` and ``sluice-node-2``, with the operator, for
+    the node-loss tests of one module: one real platform runs per machine, so it starts and stops
+    before the ``cluster`` of the other e2e tests (``tests/conftest.py`` sorts the node-loss
+    module first among them)."""
+    if os.environ.get("E2E_CLUSTER", "node") == "kind":
+        pytest.fail("the node-loss tests power nodes off and on: they run on the local platform's two "
+                    "nodes (E2E_CLUSTER=node), not on kind", pytrace=False)
+    yield from _on_the_real_node(tmp_path_factory.mktemp("e2e-two-nodes"), nodes=2)
 
 
 @pytest.fixture
 def ns(cluster: E2ECluster) -> Iterator[str]:
     """A fresh namespace per test; its queries and the namespace are deleted afterwards."""
+    yield from _namespace(cluster)
+
+
+@pytest.fixture
+def two_nodes_ns(two_nodes: E2ECluster) -> Iterator[str]:
+    """``ns`` on the two-node platform."""
+    yield from _namespace(two_nodes)
+
+
+def _namespace(cluster: E2ECluster) -> Iterator[str]:
     name = cluster.new_namespace()
     yield name
     cluster.kubectl("delete", "streamingqueries", "--all", "-n", name, "--wait=true", "--timeout=120s",

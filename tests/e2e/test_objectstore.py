@@ -42,6 +42,10 @@ pytestmark = pytest.mark.e2e
 
 @pytest.fixture(scope="module")
 def store(cluster: E2ECluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
+    yield from object_store(cluster, tmp_path_factory)
+
+
+def object_store(cluster: E2ECluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
     """The object store the pods use: s3proxy on the node's address (where Kafka's pod listener
     is), or the one ``E2E_S3_*`` names on kind."""
     if cluster.kind == "kind":
@@ -63,6 +67,16 @@ def store(cluster: E2ECluster, tmp_path_factory: pytest.TempPathFactory) -> Iter
                "access_key": env["SLUICE_S3_ACCESS_KEY"], "secret_key": env["SLUICE_S3_SECRET_KEY"]}
     finally:
         component.stop(state)
+
+
+def storage_docs(ns: str, store: dict[str, str], root: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The credentials Secret ``s3`` and the QueryCluster's ``storage`` for checkpoints under
+    ``s3a://<bucket>/<root>``."""
+    secret = {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "s3", "namespace": ns},
+              "stringData": {"accessKey": store["access_key"], "secretKey": store["secret_key"]}}
+    object_store = {"uri": f"s3a://{store['bucket']}/{root}", "endpoint": store["endpoint"],
+                    "pathStyleAccess": True, "credentialsSecret": "s3"}
+    return secret, {"objectStore": object_store}
 
 
 def keys(store: dict[str, str], prefix: str) -> list[str]:
@@ -126,12 +140,8 @@ def test_checkpoints_in_an_object_store_fail_over_upgrade_and_are_purged(
     neighbour = f"{root}/e2e/{ns}/feed2/v1/offsets/0"
     client = component.S3(store["endpoint"], store["access_key"], store["secret_key"])
     assert client.put(store["bucket"], neighbour, b"{}").status == 200
-    secret = {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "s3", "namespace": ns},
-              "stringData": {"accessKey": store["access_key"], "secretKey": store["secret_key"]}}
-    object_store = {"uri": f"s3a://{store['bucket']}/{root}", "endpoint": store["endpoint"],
-                    "pathStyleAccess": True, "credentialsSecret": "s3"}
-    cluster.apply(secret, cluster_doc(ns, cluster.bootstrap, standbyReplicas=1,
-                                      storage={"objectStore": object_store}),
+    secret, storage = storage_docs(ns, store, root)
+    cluster.apply(secret, cluster_doc(ns, cluster.bootstrap, standbyReplicas=1, storage=storage),
                   feed_query(ns, src, out))
     prefix = f"{root}/e2e/{ns}/feed/"
     feed = Feed(cluster.bootstrap, src)
