@@ -9,7 +9,7 @@ import datetime as dt
 import re
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic.alias_generators import to_camel
 
 
@@ -55,9 +55,20 @@ class Source(SpecModel):
 
     name: str = Field(min_length=1, description="The name the SQL uses for this source.")
     topic: str = Field(min_length=1, description="Kafka topic to read.")
-    format: Literal["json"] = Field(default="json", description="Record value format.")
-    schema_: list[Column] = Field(
-        alias="schema", min_length=1, description="Columns of the record value."
+    format: Literal["json", "avro"] = Field(
+        default="json",
+        description="Record value format: json, or avro in the Confluent wire format with its schema in "
+        "the QueryCluster's schemaRegistry (pinned in the plan when the plan is compiled).",
+    )
+    subject: str | None = Field(
+        default=None, min_length=1, max_length=255,
+        description="avro: the registry subject of the record value schema; absent: '<topic>-value' "
+        "(TopicNameStrategy).",
+    )
+    schema_: list[Column] | None = Field(
+        default=None, alias="schema", min_length=1,
+        description="Columns of the record value; required for json. avro: absent, the columns are the "
+        "fields of the subject's latest schema; given, each must be a field of it with the same type.",
     )
     event_time: EventTime | None = Field(default=None, description="Event-time column and watermark.")
     starting_offsets: Literal["earliest", "latest"] = Field(
@@ -77,9 +88,43 @@ class Source(SpecModel):
     )
 
 
+    @model_validator(mode="after")
+    def _columns(self) -> Source:
+        if self.format == "json" and self.schema_ is None:
+            raise ValueError("schema: a json source needs its columns (only an avro source takes them "
+                             "from the schema registry)")
+        if self.format == "json" and self.subject is not None:
+            raise ValueError("subject: only an avro source has a registry subject")
+        return self
+
+    @property
+    def columns(self) -> list[Column]:
+        """The declared columns (none declared: empty; an avro source's come from the registry)."""
+        return list(self.schema_ or [])
+
+    @property
+    def value_subject(self) -> str | None:
+        """avro: the registry subject of the value schema (``<topic>-value`` unless given)."""
+        return None if self.format != "avro" else self.subject or topic_subject(self.topic)
+
+
+def topic_subject(topic: str) -> str:
+    """The TopicNameStrategy subject of a topic's record values."""
+    return f"{topic}-value"
+
+
 class Sink(SpecModel):
     topic: str = Field(min_length=1, description="Kafka topic to write.")
-    format: Literal["json"] = Field(default="json", description="Record value format.")
+    format: Literal["json", "avro"] = Field(
+        default="json",
+        description="Record value format: json, or avro in the Confluent wire format with a schema "
+        "derived from the query's output, registered under subject by the operator at rollout.",
+    )
+    subject: str | None = Field(
+        default=None, min_length=1, max_length=255,
+        description="avro: the registry subject the output schema is registered under; absent: "
+        "'<topic>-value' (TopicNameStrategy).",
+    )
     key: list[str] = Field(default_factory=list, description="Output columns that form the record key.")
     output_mode: Literal["append", "update", "complete"] = Field(
         default="append", description="Spark output mode."
@@ -102,6 +147,18 @@ class Sink(SpecModel):
         "absent: the broker's default (log.cleanup.policy, delete unless changed). An existing topic is "
         "never altered.",
     )
+
+
+    @model_validator(mode="after")
+    def _subject(self) -> Sink:
+        if self.format == "json" and self.subject is not None:
+            raise ValueError("subject: only an avro sink has a registry subject")
+        return self
+
+    @property
+    def value_subject(self) -> str | None:
+        """avro: the registry subject of the value schema (``<topic>-value`` unless given)."""
+        return None if self.format != "avro" else self.subject or topic_subject(self.topic)
 
 
 class Trigger(SpecModel):

@@ -23,10 +23,12 @@ from sluice.crd.engine import WORKLOAD_TEMPLATE, Engine, ImagePullPolicy
 from sluice.crd.kafka import KafkaSasl, KafkaSettings, KafkaTls
 from sluice.crd.objectstore import ObjectStore
 from sluice.crd.podtemplate import PodTemplates
+from sluice.crd.registry import SchemaRegistry
 from sluice.crd.streamingquery import Condition
 
 __all__ = ["ClusterUpgradePolicy", "Engine", "KafkaSasl", "KafkaSettings", "KafkaTls", "LeaseSettings",
-           "ObjectStore", "PodTemplates", "QueryCluster", "QueryClusterSpec", "QueryClusterStatus", "Storage"]
+           "ObjectStore", "PodTemplates", "QueryCluster", "QueryClusterSpec", "QueryClusterStatus",
+           "SchemaRegistry", "Storage"]
 
 SERVICE_ID_PATTERN = r"^[a-z0-9]([a-z0-9-]*[a-z0-9])?$"
 
@@ -151,6 +153,10 @@ class QueryClusterSpec(CrdModel):
         description="Time a driver gets to finish its micro-batch and commit when stopped.",
     )
     lease: LeaseSettings = Field(default_factory=LeaseSettings, description="The queries' driver Lease.")
+    schema_registry: SchemaRegistry | None = Field(
+        default=None, description="The schema registry of the queries' avro sources and sinks (needed by "
+        "any query with one).",
+    )
     pod_template: PodTemplates | None = Field(
         default=None, description="Pod templates of the queries' driver and executor pods: labels, "
         "annotations, nodeSelector, tolerations, affinity, topologySpreadConstraints, priorityClassName, "

@@ -10,17 +10,25 @@ from sluice.core.compiler.casts import decimal_problem_in
 from sluice.core.compiler.checks import check_output_mode, sink_key
 from sluice.core.compiler.intervals import IntervalError, normalize_interval
 from sluice.core.compiler.planner import Planner
+from sluice.core.compiler.registry import resolve_sources, sink_schema, source_subjects
 from sluice.core.compiler.scope import did_you_mean
 from sluice.core.compiler.sqlparse import parse_sql
 from sluice.core.compiler.sqltext import SqlFailure
 from sluice.core.errors import CompileError, Problem
 from sluice.core.plan import meaning
-from sluice.core.plan.model import SPARK_VERSION, KafkaSinkV1, PinnedSettings, Plan, TriggerSpec
+from sluice.core.plan.model import (
+    SPARK_VERSION,
+    KafkaSinkV1,
+    PinnedSettings,
+    Plan,
+    RegistrySchema,
+    TriggerSpec,
+)
 from sluice.core.sparkversion import BadVersion
 from sluice.core.spec import Column, QuerySpec, Source
 from sluice.core.types import TypeParseError, parse_type
 
-__all__ = ["CompileTarget", "compile_query", "spec_problems"]
+__all__ = ["CompileTarget", "compile_query", "source_subjects", "spec_problems"]
 
 
 @dataclass(frozen=True)
@@ -32,6 +40,9 @@ class CompileTarget:
     spark_conf: Mapping[str, str] = field(default_factory=dict)
     #: where the settings come from, for error messages
     origin: str = "the QueryCluster"
+    #: the schema registry's answer for each avro source subject (by subject): the version a new plan
+    #: pins (the compiler does no I/O; the operator fetches them, ``source_subjects`` names them)
+    schemas: Mapping[str, RegistrySchema] = field(default_factory=dict)
 
     def settings(self, shuffle_partitions: int) -> PinnedSettings:
         """The plan's pinned settings (:class:`CompileError` naming the field when they cannot be)."""
@@ -67,7 +78,7 @@ def _type_problem(column: Column, at: str) -> Problem | None:
 def _first_declared(source: Source) -> dict[str, int]:
     """Each column name of a source (lower case) and the position of its first declaration."""
     first: dict[str, int] = {}
-    for j, column in enumerate(source.schema_):
+    for j, column in enumerate(source.columns):
         first.setdefault(column.name.lower(), j)
     return first
 
@@ -76,7 +87,7 @@ def _column_problems(source: Source, where: str) -> list[Problem]:
     """Columns declared twice (names compared without case) and types that do not parse."""
     problems: list[Problem] = []
     first = _first_declared(source)
-    for j, column in enumerate(source.schema_):
+    for j, column in enumerate(source.columns):
         if first[column.name.lower()] != j:
             problems.append(
                 Problem(
@@ -96,11 +107,11 @@ def _event_time_problem(source: Source, col_name: str, where: str) -> Problem | 
     if j is None:
         return Problem(
             f"event-time column '{col_name}' does not exist in source '{source.name}'"
-            + did_you_mean(col_name, [c.name for c in source.schema_]),
+            + did_you_mean(col_name, [c.name for c in source.columns]),
             field=f"{where}.eventTime.column",
         )
     try:
-        typ = parse_type(source.schema_[j].type).render()
+        typ = parse_type(source.columns[j].type).render()
     except TypeParseError:
         return None  # reported as the column's type problem
     if typ != "timestamp":
@@ -193,12 +204,16 @@ def compile_query(spec: QuerySpec, target: CompileTarget | None = None) -> Plan:
     """Compile the query part of a StreamingQuery into a pinned plan (hash set) for ``target``
     (default: the Spark this operator was built with, no cluster settings)."""
     target = target or CompileTarget()
+    resolved = resolve_sources(spec, target.schemas)
+    if resolved.problems:
+        raise CompileError(resolved.problems)
+    spec = resolved.spec
     problems, delays = spec_problems(spec)
     if problems:
         raise CompileError(problems)
     try:
         root, text = parse_sql(spec.sql)
-        planner = Planner(spec, text, delays)
+        planner = Planner(spec, text, delays, resolved.schemas)
         rel = planner.plan_query(root)
         check_output_mode(spec, planner)
     except SqlFailure as failure:
@@ -207,6 +222,9 @@ def compile_query(spec: QuerySpec, target: CompileTarget | None = None) -> Plan:
     if key_problems:
         raise CompileError(key_problems)
     out = field_specs(rel.fields)
+    value_schema, schema_problems = sink_schema(spec, out)
+    if schema_problems:
+        raise CompileError(schema_problems)
     trigger = TriggerSpec(
         processing_time=normalize_interval(spec.trigger.processing_time)
         if spec.trigger.processing_time
@@ -218,6 +236,7 @@ def compile_query(spec: QuerySpec, target: CompileTarget | None = None) -> Plan:
         schema_=out,
         topic=spec.sink.topic,
         format=spec.sink.format,
+        value_schema=value_schema,
         key=key,
         output_mode=spec.sink.output_mode,
         delivery=spec.sink.delivery,

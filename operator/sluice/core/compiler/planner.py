@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from sqlglot import exp
 from sqlglot.tokens import TokenType
 
@@ -20,6 +22,7 @@ from sluice.core.plan.model import (
     MalformedHandling,
     NamedExpr,
     ProjectV1,
+    RegistrySchema,
     UnionV1,
     WatermarkV1,
 )
@@ -30,8 +33,11 @@ from sluice.core.types import SparkType, parse_type
 class Planner:
     """Plans a parsed query into steps; implements ``base.Planning`` for the SELECT and join planners."""
 
-    def __init__(self, spec: QuerySpec, text: SqlText, watermark_delays: dict[str, str]) -> None:
+    def __init__(self, spec: QuerySpec, text: SqlText, watermark_delays: dict[str, str],
+                 value_schemas: Mapping[str, RegistrySchema] | None = None) -> None:
         self.spec = spec
+        #: the pinned registry schema of each avro source (by name in lower case)
+        self.value_schemas = dict(value_schemas or {})
         self.text = text
         self.delays = watermark_delays
         self.state = PlanState()
@@ -195,7 +201,7 @@ class Planner:
         key = source.name.lower()
         if key in self.state.sources:
             return self.state.sources[key]
-        fields = [Field(c.name, parse_type(c.type)) for c in source.schema_]
+        fields = [Field(c.name, parse_type(c.type)) for c in source.columns]
         malformed = source.malformed
         topic = malformed.topic
         if malformed.policy == "deadLetter" and not topic:
@@ -208,6 +214,7 @@ class Planner:
                 source=source.name,
                 topic=source.topic,
                 format=source.format,
+                value_schema=self.value_schemas.get(key),
                 columns=field_specs(fields),
                 starting_offsets=source.starting_offsets,
                 max_offsets_per_trigger=source.max_offsets_per_trigger,

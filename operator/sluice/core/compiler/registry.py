@@ -1,0 +1,125 @@
+"""Avro sources and sinks in the compiler (issue 30): the registry's schemas pinned into the plan.
+
+The compiler does no I/O: the operator fetches each avro source subject's latest version before it
+compiles a new plan and passes them in (``CompileTarget.schemas``, by subject). A source's columns are
+then the fields of that schema (``sluice.core.formats.avro``). A source that also declares columns
+must declare a subset of the fields, each with the field's type (names compared without case, as Spark
+SQL does): the plan keeps the declared columns, and the runtime reads records with the whole schema
+and selects them. A sink's schema is derived from the output schema (``sluice.core.formats.avro_out``)
+and pinned by content; its id is the registry's answer when the operator registers it at rollout.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from sluice.core.errors import Problem
+from sluice.core.formats import avro, avro_out
+from sluice.core.plan.model import FieldSpec, RegistrySchema
+from sluice.core.spec import Column, QuerySpec, Source
+from sluice.core.types import TypeParseError, normalize_type
+
+__all__ = ["Resolved", "resolve_sources", "sink_schema", "source_subjects"]
+
+
+class Resolved:
+    """The spec with each avro source's columns filled in, and the pinned schema of each (by source
+    name in lower case)."""
+
+    def __init__(self, spec: QuerySpec, schemas: dict[str, RegistrySchema], problems: list[Problem]) -> None:
+        self.spec = spec
+        self.schemas = schemas
+        self.problems = problems
+
+
+def source_subjects(spec: QuerySpec) -> list[str]:
+    """The registry subjects of the query's avro sources, each once, in the order of the sources."""
+    return list(dict.fromkeys(s.value_subject for s in spec.sources if s.value_subject is not None))
+
+
+def _describe(schema: RegistrySchema) -> str:
+    parts = [f"version {schema.version}" if schema.version is not None else None,
+             f"id {schema.id}" if schema.id is not None else None]
+    shown = ", ".join(p for p in parts if p)
+    return f"subject '{schema.subject}'" + (f" ({shown})" if shown else "")
+
+
+def _declared_problems(source: Source, fields: list[FieldSpec], schema: RegistrySchema,
+                       where: str) -> list[Problem]:
+    """Declared columns that are not fields of the registry's schema, or not of their type."""
+    by_name = {f.name.lower(): f for f in fields}
+    problems: list[Problem] = []
+    for j, column in enumerate(source.columns):
+        found = by_name.get(column.name.lower())
+        if found is None:
+            names = ", ".join(f.name for f in fields)
+            problems.append(Problem(
+                f"source '{source.name}': column '{column.name}' is not a field of the schema of "
+                f"{_describe(schema)} (its fields: {names}); declare a subset of its fields, or no "
+                "columns to take them all", field=f"{where}.schema[{j}].name"))
+            continue
+        try:
+            declared = normalize_type(column.type)
+        except TypeParseError:
+            continue  # reported as the column's type problem
+        if declared != found.type:
+            problems.append(Problem(
+                f"source '{source.name}': column '{column.name}' is declared as {declared}, but the field "
+                f"'{found.name}' of {_describe(schema)} is {found.type}", field=f"{where}.schema[{j}].type"))
+    return problems
+
+
+def _resolve(source: Source, schema: RegistrySchema, where: str) -> tuple[Source, list[Problem]]:
+    try:
+        fields = avro.columns(avro.parse(schema.schema_))
+    except avro.AvroTypeError as exc:
+        return source, [Problem(f"source '{source.name}': the schema of {_describe(schema)} has no Spark "
+                                f"type: {exc}", field=f"{where}.format")]
+    if source.schema_ is not None:
+        problems = _declared_problems(source, fields, schema, where)
+        return source, problems  # the declared columns (checked as any source's)
+    columns = [Column(name=f.name, type=f.type) for f in fields]
+    return source.model_copy(update={"schema_": columns}), []
+
+
+def resolve_sources(spec: QuerySpec, schemas: Mapping[str, RegistrySchema]) -> Resolved:
+    """``spec`` with the columns of its avro sources resolved from ``schemas`` (by subject)."""
+    if not any(s.format == "avro" for s in spec.sources):
+        return Resolved(spec, {}, [])
+    sources: list[Source] = []
+    pinned: dict[str, RegistrySchema] = {}
+    problems: list[Problem] = []
+    for i, source in enumerate(spec.sources):
+        subject = source.value_subject
+        if subject is None:
+            sources.append(source)
+            continue
+        where = f"spec.sources[{i}]"
+        schema = schemas.get(subject)
+        if schema is None:
+            problems.append(Problem(
+                f"source '{source.name}': the schema of subject '{subject}' was not resolved from the schema "
+                "registry (the operator resolves it when it compiles a new plan)", field=f"{where}.format"))
+            sources.append(source)
+            continue
+        resolved, found = _resolve(source, schema.model_copy(update={"subject": subject}), where)
+        problems += found
+        sources.append(resolved)
+        pinned[source.name.lower()] = schema.model_copy(update={"subject": subject})
+    new_spec = spec.model_copy(update={"sources": sources})
+    if problems:  # columns still missing: report what is known, the columns stay unchecked
+        return Resolved(spec, pinned, problems)
+    return Resolved(new_spec, pinned, [])
+
+
+def sink_schema(spec: QuerySpec, out: list[FieldSpec]) -> tuple[RegistrySchema | None, list[Problem]]:
+    """An avro sink's schema, derived from the output columns ``out`` (None for json)."""
+    subject = spec.sink.value_subject
+    if subject is None:
+        return None, []
+    try:
+        schema = avro_out.schema_of(out, spec.sink.topic)
+    except avro.AvroTypeError as exc:
+        return None, [Problem(f"the output has no Avro schema for sink topic '{spec.sink.topic}': {exc}",
+                              field="spec.sink.format")]
+    return RegistrySchema(subject=subject, schema_=avro_out.schema_text(schema)), []
