@@ -38,6 +38,10 @@ class Reason(StrEnum):
     CLUSTER_INVALID = "ClusterInvalid"
     KAFKA_UNREACHABLE = "KafkaUnreachable"
     KAFKA_REACHABLE = "KafkaReachable"
+    #: the schema registry of avro sources and sinks did not answer (retried with back-off)
+    REGISTRY_UNREACHABLE = "RegistryUnreachable"
+    #: an avro sink's new schema is incompatible with its subject (the registry's reason)
+    SCHEMA_INCOMPATIBLE = "SchemaIncompatible"
     COMPILER_CHANGED = "CompilerChanged"
     PLAN_CURRENT = "PlanCurrent"
     #: NodeLossTolerant: the drivers spread over nodes (object store, ReadWriteMany claim), or not
@@ -54,6 +58,8 @@ class EventReason(StrEnum):
     INVALID_SPEC = "InvalidSpec"
     CLUSTER_NOT_FOUND = "ClusterNotFound"
     KAFKA_UNREACHABLE = "KafkaUnreachable"
+    REGISTRY_UNREACHABLE = "RegistryUnreachable"
+    SCHEMA_INCOMPATIBLE = "SchemaIncompatible"
     TOPIC_CREATED = "TopicCreated"
     TOPIC_DELETED = "TopicDeleted"
     TOPIC_CLEANUP_FAILED = "TopicCleanupFailed"
@@ -101,7 +107,7 @@ PHASES = (
 PROBLEM_REASONS = frozenset({
     Reason.COMPILE_FAILED, Reason.INVALID_SPEC, Reason.CLUSTER_NOT_FOUND, Reason.CLUSTER_INVALID,
     Reason.KAFKA_UNREACHABLE, Reason.UPGRADE_REJECTED, Reason.UPGRADE_FAILED, Reason.DRIVER_FAILED,
-    Reason.UPGRADE_ROLLED_BACK,
+    Reason.UPGRADE_ROLLED_BACK, Reason.REGISTRY_UNREACHABLE, Reason.SCHEMA_INCOMPATIBLE,
 })
 
 

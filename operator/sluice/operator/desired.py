@@ -7,16 +7,18 @@ module reads the status, the QueryCluster and the pinned plan's ConfigMap, and c
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
 from sluice import __version__
 from sluice.core import pinning
-from sluice.core.compiler import CompileTarget
+from sluice.core.compiler import CompileTarget, source_subjects
+from sluice.core.compiler.registry import plan_source_schemas
 from sluice.core.engine import plan_inputs
 from sluice.core.errors import CompileError
 from sluice.core.naming import PLAN_FILE
-from sluice.core.plan.model import Plan
+from sluice.core.plan.model import Plan, RegistrySchema
 from sluice.core.records import EngineRef, PinnedPlan, PlanInputs, Replan
 from sluice.core.spec import QuerySpec, UpgradePolicy
 from sluice.crd.engine import Engine
@@ -94,29 +96,38 @@ class Desired:
         return self.plan.hash or self.plan.compute_hash()
 
 
-def target_of(engine: Engine) -> CompileTarget:
-    return CompileTarget(spark_version=engine.spark_version, spark_conf=dict(engine.spark_conf))
+def target_of(engine: Engine, schemas: Mapping[str, RegistrySchema] | None = None) -> CompileTarget:
+    return CompileTarget(spark_version=engine.spark_version, spark_conf=dict(engine.spark_conf),
+                         schemas=dict(schemas or {}))
 
 
-def desired_plan(run: QueryRun, spec: StreamingQuerySpec, engs: Engines, policy: UpgradePolicy) -> Desired:
-    """The plan to run. Raises :class:`CompileError` only for a spec the user changed."""
+#: the latest registry schema of each avro source subject of a query (I/O: ``sluice.operator.schemas``)
+Resolver = Callable[[QuerySpec], Mapping[str, RegistrySchema]]
+
+
+def desired_plan(run: QueryRun, spec: StreamingQuerySpec, engs: Engines, policy: UpgradePolicy,
+                 resolve: Resolver | None = None) -> Desired:
+    """The plan to run. Raises :class:`CompileError` only for a spec the user changed. A new plan pins
+    the latest schema of each avro source subject (``resolve``); a kept plan keeps the ones it pinned."""
     query = spec.query()
     engine = engs.desired
     inputs = plan_inputs(query, engine.facts())
     pinned = run.records.plan
     if pinned is not None and pinned.inputs == inputs:
         return _kept(run, query, engine, pinned, inputs, policy)
-    plan = run.env.compile(query, target_of(engine))
+    schemas = resolve(query) if resolve is not None and source_subjects(query) else {}
+    plan = run.env.compile(query, target_of(engine, schemas))
     return Desired(plan, inputs, "cluster" if engs.changes else "spec")
 
 
 def _kept(run: QueryRun, query: QuerySpec, engine: Engine, pinned: PinnedPlan,
           inputs: PlanInputs, policy: UpgradePolicy) -> Desired:
-    """The pinned plan stays; this compiler's plan of the same spec is offered, or carried out when
-    the user accepted exactly it."""
+    """The pinned plan stays; this compiler's plan of the same spec (with the source schemas the pinned
+    plan pinned) is offered, or carried out when the user accepted exactly it."""
     compiler = __version__
+    schemas = plan_source_schemas(load_plan(run, pinned.config_map)) if source_subjects(query) else {}
     try:
-        current: Plan | None = run.env.compile(query, target_of(engine))
+        current: Plan | None = run.env.compile(query, target_of(engine, schemas))
     except CompileError as exc:
         current, refused = None, "; ".join(p.render() for p in exc.problems)
     if current is not None and current.hash != pinned.hash:

@@ -10,9 +10,12 @@ kopf's errors. Status is written *before* acting (write-ahead log).
 from __future__ import annotations
 
 import base64
+import hashlib
 import logging
+import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from sluice.core.plan.model import Plan
@@ -31,10 +34,12 @@ from sluice.core.status import (
     with_short_hash,
 )
 from sluice.crd.querycluster import QueryClusterSpec
+from sluice.crd.registry import SchemaRegistry
 from sluice.crd.streamingquery import StreamingQuerySpec, StreamingQueryStatus
 from sluice.operator.kafka_admin import TopicAdmin, admin_config
 from sluice.operator.kube import Kube
 from sluice.operator.metrics import OperatorMetrics, finished_outcome, metrics
+from sluice.operator.registry import Registry, RegistryClient, read_registry_secrets
 
 log = logging.getLogger("sluice.operator")
 
@@ -75,6 +80,10 @@ class Env:
     _admins: dict[str, TopicAdmin] = field(default_factory=dict)
     #: plans read from their (immutable) ConfigMaps, by (namespace, name)
     plans: dict[tuple[str, str], Plan] = field(default_factory=dict)
+    #: makes the client of a schema registry (url, basic-auth and CA secrets); a fake in tests
+    registry_factory: Callable[[str, dict[str, str]], Registry] = field(
+        default=lambda url, secrets: _registry(url, secrets))
+    _registries: dict[str, Registry] = field(default_factory=dict)
 
     def compile(self, spec: Any, target: Any = None) -> Plan:
         from sluice.core.compiler import compile_query
@@ -94,6 +103,31 @@ class Env:
             admin = TopicAdmin(admin_config(cluster.kafka, secrets), timeout=self.kafka_timeout)
             self._admins[key] = admin
         return admin
+
+
+    def registry(self, namespace: str, settings: SchemaRegistry) -> Registry:
+        """The client of a QueryCluster's schema registry (``RegistryUnavailable`` when a Secret it
+        refers to lacks its key)."""
+        secrets = read_registry_secrets(self.kube, namespace, settings)
+        key = f"{namespace}/{settings.url}/{sorted(secrets.items())!r}"
+        client = self._registries.get(key)
+        if client is None:
+            client = self.registry_factory(settings.url, secrets)
+            self._registries[key] = client
+        return client
+
+
+def _registry(url: str, secrets: dict[str, str]) -> Registry:
+    """A real registry client; a CA certificate goes to a file of its content's digest (the client
+    reads a path)."""
+    ca_file = None
+    if "ca" in secrets:
+        digest = hashlib.sha256(secrets["ca"].encode()).hexdigest()[:16]
+        path = Path(tempfile.gettempdir()) / f"sluice-registry-ca-{digest}.pem"
+        path.write_text(secrets["ca"])
+        ca_file = str(path)
+    return RegistryClient(url, username=secrets.get("username"), password=secrets.get("password"),
+                          ca_file=ca_file)
 
 
 def read_kafka_secrets(kube: Kube, namespace: str, cluster: QueryClusterSpec) -> dict[str, str]:

@@ -11,6 +11,7 @@ and ``cluster`` (QueryCluster). The core decides, these modules act.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from dataclasses import dataclass
 from typing import Any
@@ -19,7 +20,9 @@ from pydantic import ValidationError
 
 from sluice.core.errors import CompileError
 from sluice.core.manifest import validation_problems
+from sluice.core.plan.model import RegistrySchema
 from sluice.core.rollout import Step, held_back
+from sluice.core.spec import QuerySpec
 from sluice.core.status import EventReason, Reason, StatusProblem, with_node_loss_condition
 from sluice.crd.engine import WORKLOAD_TEMPLATE
 from sluice.crd.querycluster import QueryClusterSpec
@@ -27,7 +30,7 @@ from sluice.crd.streamingquery import StreamingQuerySpec
 from sluice.operator import builders
 from sluice.operator.builders.context import QueryContext
 from sluice.operator.builders.memory import memory_problem
-from sluice.operator.desired import Desired, Engines, desired_plan, engines, with_pinned_service
+from sluice.operator.desired import Desired, Engines, desired_plan, engines, load_plan, with_pinned_service
 from sluice.operator.drivers import driver_problem
 from sluice.operator.env import (
     DEFAULT_CLUSTER,
@@ -41,6 +44,7 @@ from sluice.operator.env import (
 )
 from sluice.operator.executor import advance
 from sluice.operator.kafka_admin import KafkaUnavailable, sink_topic_settings
+from sluice.operator.schemas import check_registry, latest_source_schemas, sink_schema_ids, uses_avro
 from sluice.operator.upgrade import pinned_context
 
 log = logging.getLogger("sluice.operator")
@@ -95,6 +99,7 @@ def reconcile_query(env: Env, body: dict[str, Any], retry: int = 0) -> str:
     if with_node is not run.status:
         run.write({"conditions": with_node["conditions"]})
     _ensure_sink_topic(run, seen, retry)
+    seen = _with_sink_schemas(run, seen, retry)
     base_updates: dict[str, Any] = {"cluster": seen.cluster_name, "lastCompileError": None}
     ready = advance(run, seen.ctx, seen.spec, seen.cluster, seen.desired, seen.engines, base_updates)
     base_updates.update(_pinned_records(run, seen.desired, seen.engines))
@@ -134,10 +139,16 @@ def _observe(run: QueryRun, retry: int) -> Observed:
         _problem(run, spec, Reason.CLUSTER_INVALID, message, {"cluster": cluster_name})
         raise Retry(message, backoff(retry)) from exc
 
-    # the engine and the plan: the pinned ones, unless the user changed what they come from
+    # the engine and the plan: the pinned ones, unless the user changed what they come from (a new
+    # plan pins the latest schema of each avro source subject)
+    check_registry(run, spec, cluster, cluster_name)
     engs = engines(run, cluster, cluster_obj)
+
+    def resolve(query: QuerySpec) -> dict[str, RegistrySchema]:
+        return latest_source_schemas(run, spec, query, cluster, cluster_name, retry)
+
     try:
-        desired = desired_plan(run, spec, engs, spec.upgrade or cluster.upgrade)
+        desired = desired_plan(run, spec, engs, spec.upgrade or cluster.upgrade, resolve)
     except CompileError as exc:
         first = exc.problems[0]
         message = "; ".join(p.render() if p.line is None else f"{p.field or 'spec.sql'}: {p.render()}"
@@ -184,6 +195,24 @@ def _ensure_sink_topic(run: QueryRun, seen: Observed, retry: int) -> None:
     if result.created:
         run.event("Normal", EventReason.TOPIC_CREATED,
                   f"created topic {result.topic!r} ({settings.describe()})")
+
+
+def _with_sink_schemas(run: QueryRun, seen: Observed, retry: int) -> Observed:
+    """The plan asked for and the plan that runs, with their avro sink schemas registered (a changed
+    one checked for compatibility first): their ids reach the drivers through the context."""
+    plans = {seen.desired.hash: seen.desired.plan}
+    pinned = run.records.plan
+    if pinned is not None and pinned.hash not in plans:
+        cached = run.env.plans.get((run.ns, pinned.config_map))
+        if cached is None and uses_avro(seen.desired.plan):
+            cached = load_plan(run, pinned.config_map)
+        if cached is not None:
+            plans[pinned.hash] = cached
+    ids = sink_schema_ids(run, seen.spec, seen.cluster, seen.cluster_name, plans,
+                          pinned.hash if pinned is not None else None, retry)
+    if not ids:
+        return seen
+    return dataclasses.replace(seen, ctx=dataclasses.replace(seen.ctx, sink_schema_ids=ids))
 
 
 def _standing_problem(run: QueryRun, seen: Observed, ready: bool) -> StatusProblem | None:

@@ -15,11 +15,11 @@ from collections.abc import Mapping
 
 from sluice.core.errors import Problem
 from sluice.core.formats import avro, avro_out
-from sluice.core.plan.model import FieldSpec, RegistrySchema
+from sluice.core.plan.model import FieldSpec, KafkaSourceV1, Plan, RegistrySchema
 from sluice.core.spec import Column, QuerySpec, Source
 from sluice.core.types import TypeParseError, normalize_type
 
-__all__ = ["Resolved", "resolve_sources", "sink_schema", "source_subjects"]
+__all__ = ["Resolved", "plan_source_schemas", "resolve_sources", "sink_schema", "source_subjects"]
 
 
 class Resolved:
@@ -123,3 +123,10 @@ def sink_schema(spec: QuerySpec, out: list[FieldSpec]) -> tuple[RegistrySchema |
         return None, [Problem(f"the output has no Avro schema for sink topic '{spec.sink.topic}': {exc}",
                               field="spec.sink.format")]
     return RegistrySchema(subject=subject, schema_=avro_out.schema_text(schema)), []
+
+
+def plan_source_schemas(plan: Plan) -> dict[str, RegistrySchema]:
+    """The registry schemas a plan's avro sources pinned (by subject): what the same spec compiles with
+    again while the plan stays pinned (a subject's later versions never reach it)."""
+    return {step.value_schema.subject: step.value_schema for step in plan.steps
+            if isinstance(step, KafkaSourceV1) and step.value_schema is not None}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -51,6 +52,9 @@ class QueryContext:
     #: the driver Deployment is left as it is (only scaled): its engine was deployed with an older pod
     #: template of the operator, which reaches it through the QueryCluster's rollout only
     freeze_driver: bool = False
+    #: the plans (by hash) that read or write avro, with the id of each one's avro sink schema in the
+    #: registry (None: its sink writes json): their drivers get the registry and SLUICE_SINK_SCHEMA_ID
+    sink_schema_ids: Mapping[str, int | None] = dataclasses.field(default_factory=dict)
 
     def on_engine(self, engine: Engine, *, freeze: bool = False) -> QueryContext:
         """This context on ``engine``: the cluster's fields that reach the pods come from it."""

@@ -164,7 +164,27 @@ def object_store_env(ctx: QueryContext) -> list[dict[str, Any]]:
     return env
 
 
-def driver_env(ctx: QueryContext) -> list[dict[str, Any]]:
+def registry_env(ctx: QueryContext, plan_hash: str | None) -> list[dict[str, Any]]:
+    """The schema registry of a plan that reads or writes avro (the runtime's contract): its URL, the
+    basic-auth credentials and CA certificate from their Secrets, and the id the operator got
+    registering the plan's avro sink schema. Nothing for any other plan (its pods stay as they were)."""
+    settings = ctx.cluster.schema_registry
+    if plan_hash is None or plan_hash not in ctx.sink_schema_ids or settings is None:
+        return []
+    env: list[dict[str, Any]] = [{"name": "SLUICE_SCHEMA_REGISTRY_URL", "value": settings.url}]
+    for var, ref in (("SLUICE_SCHEMA_REGISTRY_USERNAME", settings.username_ref()),
+                     ("SLUICE_SCHEMA_REGISTRY_PASSWORD", settings.password_ref()),
+                     ("SLUICE_SCHEMA_REGISTRY_CA", settings.ca_ref())):
+        if ref is not None:
+            env.append(_secret_env(var, ref))
+    schema_id = ctx.sink_schema_ids[plan_hash]
+    if schema_id is not None:
+        env.append({"name": "SLUICE_SINK_SCHEMA_ID", "value": str(schema_id)})
+    return env
+
+
+def driver_env(ctx: QueryContext, plan_hash: str | None = None) -> list[dict[str, Any]]:
+    """The driver container's environment (``plan_hash``: the plan it runs, for what depends on it)."""
     ident = ctx.identity
     env: list[dict[str, Any]] = [
         {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
@@ -201,6 +221,7 @@ def driver_env(ctx: QueryContext) -> list[dict[str, Any]]:
     if ctx.start_from is not None:  # a backfill's fresh checkpoint starts there
         env.append({"name": START_FROM_ENV, "value": ctx.start_from})
     env += object_store_env(ctx)
+    env += registry_env(ctx, plan_hash)
     kafka = ctx.cluster.kafka
     if kafka.sasl is not None:
         env.append({"name": "SLUICE_KAFKA_SASL_MECHANISM", "value": kafka.sasl.mechanism})
@@ -283,7 +304,7 @@ def driver_deployment(ctx: QueryContext, plan_hash: str, config_map: str) -> dic
         "image": ctx.image,
         "imagePullPolicy": ctx.cluster.image_pull_policy,
         "command": ["sluice-runtime", "run"],
-        "env": driver_env(ctx),
+        "env": driver_env(ctx, plan_hash),
         "ports": [
             {"name": "http", "containerPort": HTTP_PORT, "protocol": "TCP"},
             {"name": "driver-rpc", "containerPort": DRIVER_PORT, "protocol": "TCP"},

@@ -1,0 +1,132 @@
+"""The schema registry in the reconcile (avro sources and sinks, issue 30).
+
+* Before a NEW plan is compiled, each avro source subject's latest version is fetched and passed to
+  the compiler, which pins it (``latest_source_schemas``); a plan that stays pinned is compiled again
+  with the schemas it pinned (``sluice.core.compiler.registry.plan_source_schemas``), never with a
+  subject's later versions.
+* Before the workload is converged, the avro sink schema of the plan asked for, and of the plan that
+  runs, is registered under its subject (idempotent: the same schema keeps its id), and the ids go to
+  the drivers (``SLUICE_SINK_SCHEMA_ID``). A sink schema that changes is first checked against the
+  subject: an incompatible one is refused with the registry's reason (``SchemaIncompatible``) before
+  anything is registered or rolled out.
+* A registry that does not answer writes ``RegistryUnreachable`` and retries with back-off; nothing is
+  half-applied (the workload is not touched in that reconcile).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from sluice.core.compiler import source_subjects
+from sluice.core.formats.registry import incompatibility, registry_problems
+from sluice.core.plan.model import Plan, RegistrySchema
+from sluice.core.spec import QuerySpec
+from sluice.core.status import EventReason, Reason
+from sluice.crd.querycluster import QueryClusterSpec
+from sluice.crd.streamingquery import StreamingQuerySpec
+from sluice.operator.env import QueryRun, Retry, Stop, _problem, backoff
+from sluice.operator.registry import Registry, RegistryRefused, RegistryUnavailable
+
+__all__ = ["check_registry", "latest_source_schemas", "sink_schema_ids", "uses_avro"]
+
+
+def uses_avro(plan: Plan) -> bool:
+    """Whether a plan reads or writes avro (its drivers need the registry)."""
+    return any(getattr(step, "format", "json") == "avro" for step in plan.steps)
+
+
+def check_registry(run: QueryRun, spec: StreamingQuerySpec, cluster: QueryClusterSpec,
+                   cluster_name: str) -> None:
+    """An avro source or sink without a registry in the QueryCluster: InvalidSpec until either changes."""
+    problems = registry_problems(spec.query(), cluster_name, cluster.schema_registry is not None)
+    if problems:
+        message = "; ".join(f"{p.field}: {p.message}" for p in problems)
+        _problem(run, spec, Reason.INVALID_SPEC, message, {"cluster": cluster_name}, EventReason.INVALID_SPEC)
+        raise Stop(message)
+
+
+def _client(run: QueryRun, spec: StreamingQuerySpec, cluster: QueryClusterSpec, cluster_name: str,
+            retry: int) -> Registry:
+    settings = cluster.schema_registry
+    assert settings is not None  # check_registry ran
+    try:
+        return run.env.registry(run.ns, settings)
+    except RegistryUnavailable as exc:
+        raise _unreachable(run, spec, cluster_name, settings.url, exc, retry) from exc
+
+
+def _unreachable(run: QueryRun, spec: StreamingQuerySpec, cluster_name: str, url: str,
+                 exc: Exception, retry: int) -> Retry:
+    message = f"the schema registry at {url} is unreachable: {exc}"
+    _problem(run, spec, Reason.REGISTRY_UNREACHABLE, message, {"cluster": cluster_name},
+             EventReason.REGISTRY_UNREACHABLE)
+    return Retry(message, backoff(retry))
+
+
+def latest_source_schemas(run: QueryRun, spec: StreamingQuerySpec, query: QuerySpec,
+                          cluster: QueryClusterSpec, cluster_name: str,
+                          retry: int) -> dict[str, RegistrySchema]:
+    """The latest version of each avro source subject of ``query`` (by subject)."""
+    subjects = source_subjects(query)
+    if not subjects:
+        return {}
+    registry = _client(run, spec, cluster, cluster_name, retry)
+    out: dict[str, RegistrySchema] = {}
+    for subject in subjects:
+        try:
+            out[subject] = registry.latest(subject)
+        except RegistryUnavailable as exc:
+            raise _unreachable(run, spec, cluster_name, registry.url, exc, retry) from exc
+        except RegistryRefused as exc:
+            message = (f"an avro source's subject {subject!r} has no schema the query can read in the schema "
+                       f"registry at {registry.url} ({exc}); the query waits for it")
+            _problem(run, spec, Reason.INVALID_SPEC, message, {"cluster": cluster_name},
+                     EventReason.INVALID_SPEC)
+            raise Retry(message, backoff(retry)) from exc
+    return out
+
+
+def sink_schema_ids(run: QueryRun, spec: StreamingQuerySpec, cluster: QueryClusterSpec, cluster_name: str,
+                    plans: Mapping[str, Plan], running: str | None, retry: int) -> dict[str, int | None]:
+    """For each plan (by hash) that uses avro: the id its avro sink schema has under its subject (None:
+    its sink writes json). ``running``: the hash of the plan that runs (its schema is registered as it
+    is; another plan's schema that differs from it is checked for compatibility first)."""
+    avro_plans = {h: p for h, p in plans.items() if uses_avro(p)}
+    if not avro_plans:
+        return {}
+    if cluster.schema_registry is None:  # a plan pinned before the registry was removed: say so
+        check_registry(run, spec, cluster, cluster_name)
+        return {h: None for h in avro_plans}
+    registry = _client(run, spec, cluster, cluster_name, retry)
+    current = avro_plans.get(running or "")
+    current_schema = current.sink.value_schema if current is not None else None
+    ids: dict[str, int | None] = {}
+    for plan_hash, plan in sorted(avro_plans.items(), key=lambda item: item[0] != running):
+        schema = plan.sink.value_schema
+        if schema is None:
+            ids[plan_hash] = None
+            continue
+        try:
+            if plan_hash != running and schema != current_schema:
+                _refuse_incompatible(run, spec, cluster_name, registry, schema)
+            ids[plan_hash] = registry.register(schema.subject, schema.schema_)
+        except RegistryUnavailable as exc:
+            raise _unreachable(run, spec, cluster_name, registry.url, exc, retry) from exc
+        except RegistryRefused as exc:
+            message = f"the schema registry refused the sink's Avro schema: {exc}"
+            _problem(run, spec, Reason.SCHEMA_INCOMPATIBLE, message, {"cluster": cluster_name},
+                     EventReason.SCHEMA_INCOMPATIBLE)
+            raise Stop(message) from exc
+    return ids
+
+
+def _refuse_incompatible(run: QueryRun, spec: StreamingQuerySpec, cluster_name: str, registry: Registry,
+                         schema: RegistrySchema) -> None:
+    """A changed sink schema the subject's compatibility level refuses: SchemaIncompatible, nothing
+    registered, until the spec changes."""
+    answer = registry.compatibility(schema.subject, schema.schema_)
+    refused = incompatibility(schema.subject, answer) if answer is not None else None
+    if refused is not None:
+        _problem(run, spec, Reason.SCHEMA_INCOMPATIBLE, refused, {"cluster": cluster_name},
+                 EventReason.SCHEMA_INCOMPATIBLE)
+        raise Stop(refused)

@@ -1,0 +1,182 @@
+"""Avro sources and sinks in the reconcile, against the real API server, Kafka and the platform's real
+schema registry (Apicurio, Confluent-compatible API; global compatibility BACKWARD).
+
+A new avro query pins the latest version of its source subject (a later version leaves the pinned plan
+as it is), registers its sink schema at rollout and hands the id to the drivers
+(``SLUICE_SINK_SCHEMA_ID``); an incompatible sink change is refused with the registry's reason before
+anything rolls; a registry that does not answer is a RegistryUnreachable condition and a retry.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
+from sluice.core.plan.model import KafkaSourceV1, Plan, RegistrySchema
+from sluice.operator.env import Retry, Stop
+from sluice.operator.reconcile import reconcile_query
+
+from tests.support.drivers import DriverSide
+from tests.support.registry_fixture import SchemaRegistry as Registry
+from tests.support.world import World, closed_port_address
+
+pytestmark = pytest.mark.integration
+
+ORDER_V1 = {"type": "record", "name": "Order", "namespace": "shop", "fields": [
+    {"name": "order_id", "type": "string"},
+    {"name": "customer", "type": "string"},
+    {"name": "amount", "type": "double"},
+]}
+ORDER_V2 = {**ORDER_V1, "fields": [*ORDER_V1["fields"],
+                                   {"name": "coupon", "type": ["null", "string"], "default": None}]}
+SQL = "SELECT customer, count(*) AS orders, sum(amount) AS total FROM orders GROUP BY customer"
+
+
+def client(registry: Registry) -> SchemaRegistryClient:
+    return SchemaRegistryClient({"url": registry.url, "timeout": 30})
+
+
+def avro_world(w: World, registry: Registry, url: str | None = None) -> str:
+    """The QueryCluster with the registry; ORDER_V1 registered under the source subject (returned)."""
+    w.edit_cluster(schemaRegistry={"url": url or registry.url})
+    subject = f"orders-{w.ns}-value"
+    client(registry).register_schema(subject, Schema(json.dumps(ORDER_V1), "AVRO"))
+    return subject
+
+
+def avro_spec(w: World, sql: str = SQL) -> dict[str, Any]:
+    return {"sources": [{"name": "orders", "topic": f"orders-{w.ns}", "format": "avro"}], "sql": sql,
+            "sink": {"topic": w.topic, "format": "avro", "key": ["customer"], "outputMode": "update"}}
+
+
+def pinned_plan(w: World) -> Plan:
+    cm = w.k.get("ConfigMap", w.ns, w.status()["plan"]["configMap"])
+    assert cm is not None
+    return Plan.from_json(cm["data"]["plan.json"])
+
+
+def pinned_source(plan: Plan) -> RegistrySchema:
+    """The registry schema the plan's source pinned."""
+    step = plan.steps[0]
+    assert isinstance(step, KafkaSourceV1) and step.value_schema is not None
+    return step.value_schema
+
+
+def driver_env(w: World) -> dict[str, Any]:
+    [container] = w.deployment()["spec"]["template"]["spec"]["containers"]
+    return {e["name"]: e.get("value", e.get("valueFrom")) for e in container["env"]}
+
+
+def test_a_new_avro_query_pins_the_latest_schema_and_a_later_version_changes_nothing(
+        world: World, schema_registry: Registry) -> None:
+    w = world
+    subject = avro_world(w, schema_registry)
+    w.add_query(**avro_spec(w))
+    assert reconcile_query(w.env, w.current()) == "Starting"
+    plan = pinned_plan(w)
+    latest = client(schema_registry).get_latest_version(subject)
+    pinned = pinned_source(plan)
+    assert (pinned.subject, pinned.id, pinned.version) == (subject, latest.schema_id, 1)
+    assert [c.name for c in plan.steps[0].schema_] == ["order_id", "customer", "amount"]
+
+    # the subject moves on: the running plan stays pinned (and no re-plan is offered for it)
+    client(schema_registry).register_schema(subject, Schema(json.dumps(ORDER_V2), "AVRO"))
+    before = w.status()["plan"]
+    reconcile_query(w.env, w.current())
+    after = w.status()["plan"]
+    assert after["hash"] == before["hash"] and "replan" not in after
+    assert pinned_source(pinned_plan(w)).version == 1
+
+    # an edit compiles a new plan, which pins the subject's latest version
+    reconcile_query(w.env, w.edit(sql=SQL + " HAVING count(*) > 0"))
+    target = w.status()["rollout"]["targetConfigMap"]
+    cm = w.k.get("ConfigMap", w.ns, target)
+    assert cm is not None
+    new_plan = Plan.from_json(cm["data"]["plan.json"])
+    assert pinned_source(new_plan).version == 2
+    assert [c.name for c in new_plan.steps[0].schema_][-1] == "coupon"
+
+
+def test_the_sink_schema_is_registered_at_rollout_and_its_id_reaches_the_drivers(
+        world: World, schema_registry: Registry) -> None:
+    w = world
+    avro_world(w, schema_registry)
+    w.add_query(**avro_spec(w))
+    reconcile_query(w.env, w.current())
+    reconcile_query(w.env, w.current())
+    sink = pinned_plan(w).sink
+    assert sink.value_schema is not None and sink.value_schema.subject == f"{w.topic}-value"
+    registered = client(schema_registry).get_latest_version(f"{w.topic}-value")
+    assert json.loads(registered.schema.schema_str) == json.loads(sink.value_schema.schema_)
+    env = driver_env(w)
+    assert env["SLUICE_SINK_SCHEMA_ID"] == str(registered.schema_id)
+    assert env["SLUICE_SCHEMA_REGISTRY_URL"] == schema_registry.url
+    # idempotent: another reconcile registers the same schema again, same id, no new version
+    reconcile_query(w.env, w.current())
+    assert client(schema_registry).get_versions(f"{w.topic}-value") == [1]
+    assert driver_env(w)["SLUICE_SINK_SCHEMA_ID"] == str(registered.schema_id)
+
+
+def test_a_compatible_sink_change_rolls_and_an_incompatible_one_is_refused_with_the_registrys_reason(
+        world: World, schema_registry: Registry) -> None:
+    w = world
+    avro_world(w, schema_registry)
+    w.add_query(**avro_spec(w))
+    reconcile_query(w.env, w.current())
+    reconcile_query(w.env, w.current())
+    subject = f"{w.topic}-value"
+    running = w.status()["plan"]["hash"]
+
+    # total: double -> string is not BACKWARD compatible for a reader of the new schema
+    incompatible = SQL.replace("sum(amount) AS total", "cast(sum(amount) AS string) AS total")
+    with pytest.raises(Stop) as stopped:
+        reconcile_query(w.env, w.edit(sql=incompatible))
+    assert "incompatible with subject" in str(stopped.value) and "/fields/" in str(stopped.value)
+    status = w.status()
+    degraded = next(c for c in status["conditions"] if c["type"] == "Degraded")
+    assert degraded["status"] == "True" and degraded["reason"] == "SchemaIncompatible"
+    assert status["plan"]["hash"] == running and "rollout" not in status
+    assert client(schema_registry).get_versions(subject) == [1]  # nothing registered
+    assert "SchemaIncompatible" in w.reasons()
+
+    # a field added (nullable, default null) is compatible: registered, rolled out with its id
+    compatible = SQL.replace("FROM orders", ", max(amount) AS biggest FROM orders")
+    reconcile_query(w.env, w.edit(sql=compatible))
+    status = w.status()
+    assert status["rollout"]["step"] == "Verifying"
+    assert client(schema_registry).get_versions(subject) == [1, 2]
+    new_id = client(schema_registry).get_latest_version(subject).schema_id
+    assert driver_env(w)["SLUICE_SINK_SCHEMA_ID"] == str(new_id)
+    DriverSide(w.k.api, w.ns).take_over(status["rollout"]["targetHash"], batches=3)
+    reconcile_query(w.env, w.current())
+    assert w.status()["lastUpgrade"]["outcome"] == "Succeeded"
+
+
+def test_an_unreachable_registry_is_a_condition_and_a_retry_not_a_half_applied_rollout(
+        world: World, schema_registry: Registry) -> None:
+    w = world
+    avro_world(w, schema_registry, url=f"http://{closed_port_address()}/apis/ccompat/v7")
+    w.add_query(**avro_spec(w))
+    with pytest.raises(Retry) as retried:
+        reconcile_query(w.env, w.current())
+    assert "schema registry" in str(retried.value) and "unreachable" in str(retried.value)
+    status = w.status()
+    degraded = next(c for c in status["conditions"] if c["type"] == "Degraded")
+    assert degraded["reason"] == "RegistryUnreachable"
+    assert "plan" not in status and w.of_kind("Deployment") == []
+    assert "RegistryUnreachable" in w.reasons()
+    # the registry answers again: the query starts
+    w.edit_cluster(schemaRegistry={"url": schema_registry.url})
+    assert reconcile_query(w.env, w.current()) == "Starting"
+
+
+def test_avro_without_a_registry_in_the_cluster_names_the_fields(world: World) -> None:
+    w = world
+    w.add_query(**avro_spec(w))
+    with pytest.raises(Stop) as stopped:
+        reconcile_query(w.env, w.current())
+    assert "spec.sources[0].format" in str(stopped.value) and "spec.sink.format" in str(stopped.value)
+    degraded = next(c for c in w.status()["conditions"] if c["type"] == "Degraded")
+    assert degraded["reason"] == "InvalidSpec" and "has no spec.schemaRegistry" in degraded["message"]

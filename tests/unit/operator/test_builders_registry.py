@@ -1,0 +1,84 @@
+"""The schema registry on the operator's side (issue 30): the drivers' ``SLUICE_SCHEMA_REGISTRY_*`` and
+``SLUICE_SINK_SCHEMA_ID`` (only for a plan that uses avro; credentials and CA from Secrets, never in the
+spec), and the pure decisions from the registry's answers (``sluice.core.formats.registry``)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from pydantic import ValidationError
+from sluice.core.formats.registry import incompatibility, registry_problems
+from sluice.core.spec import QuerySpec
+from sluice.crd.querycluster import QueryClusterSpec
+from sluice.operator import builders
+
+from tests.support.operator_fixtures import cluster_spec, context, query_spec
+
+H = "ab" * 32
+REGISTRY = {"url": "https://registry.shop:8081/apis/ccompat/v7", "basicAuthSecret": "registry-user",
+            "tlsSecret": "registry-ca"}
+
+
+def env_of(ctx: Any, plan_hash: str = H) -> dict[str, Any]:
+    container = builders.driver_deployment(ctx, plan_hash, "cm")["spec"]["template"]["spec"]["containers"][0]
+    return {e["name"]: e.get("value", e.get("valueFrom")) for e in container["env"]}
+
+
+def test_a_plan_writing_avro_gets_the_registry_and_its_sink_schema_id() -> None:
+    ctx = context(cluster=cluster_spec(schemaRegistry=REGISTRY), sink_schema_ids={H: 42})
+    env = env_of(ctx)
+    assert env["SLUICE_SCHEMA_REGISTRY_URL"] == REGISTRY["url"]
+    user = {"secretKeyRef": {"name": "registry-user", "key": "username"}}
+    assert env["SLUICE_SCHEMA_REGISTRY_USERNAME"] == user
+    assert env["SLUICE_SCHEMA_REGISTRY_PASSWORD"] == {"secretKeyRef": {"name": "registry-user",
+                                                                       "key": "password"}}
+    assert env["SLUICE_SCHEMA_REGISTRY_CA"] == {"secretKeyRef": {"name": "registry-ca", "key": "ca.crt"}}
+    assert env["SLUICE_SINK_SCHEMA_ID"] == "42"
+
+
+def test_a_plan_reading_avro_and_writing_json_gets_the_registry_without_a_sink_id() -> None:
+    ctx = context(cluster=cluster_spec(schemaRegistry={"url": "http://r:8080"}), sink_schema_ids={H: None})
+    env = env_of(ctx)
+    assert env["SLUICE_SCHEMA_REGISTRY_URL"] == "http://r:8080"
+    assert not {"SLUICE_SINK_SCHEMA_ID", "SLUICE_SCHEMA_REGISTRY_USERNAME",
+                "SLUICE_SCHEMA_REGISTRY_CA"} & set(env)
+
+
+def test_json_plans_pods_do_not_change_when_a_cluster_gains_a_registry() -> None:
+    plain = env_of(context())
+    other_plan = {"cd" * 32: 1}
+    with_registry = env_of(context(cluster=cluster_spec(schemaRegistry=REGISTRY), sink_schema_ids=other_plan))
+    assert plain == with_registry
+    assert not any(name.startswith("SLUICE_SCHEMA_REGISTRY") for name in plain)
+
+
+def test_the_registry_url_and_secret_names_are_checked() -> None:
+    with pytest.raises(ValidationError, match="url"):
+        QueryClusterSpec.model_validate(cluster_spec(schemaRegistry={"url": "registry:8081"}))
+    with pytest.raises(ValidationError, match="basicAuthSecret"):
+        QueryClusterSpec.model_validate(cluster_spec(schemaRegistry={"url": "http://r",
+                                                                      "basicAuthSecret": "A_B"}))
+
+
+def test_avro_without_a_registry_is_refused_naming_each_field() -> None:
+    source = {"name": "orders", "topic": "orders", "format": "avro"}
+    query = QuerySpec.model_validate(query_spec(sources=[source], sql="SELECT id FROM orders",
+                                                sink={"topic": "out", "format": "avro"}))
+    problems = registry_problems(query, "shared", has_registry=False)
+    assert [p.field for p in problems] == ["spec.sources[0].format", "spec.sink.format"]
+    assert "QueryCluster 'shared' has no spec.schemaRegistry" in problems[0].message
+    assert registry_problems(query, "shared", has_registry=True) == []
+    assert registry_problems(QuerySpec.model_validate(query_spec()), "shared", has_registry=False) == []
+
+
+def test_the_registrys_compatibility_answer_becomes_the_refusal_with_its_reason() -> None:
+    assert incompatibility("out-value", {"is_compatible": True}) is None
+    confluent = incompatibility("out-value", {"is_compatible": False, "messages": [
+        "Incompatibility{type:TYPE_MISMATCH, location:/fields/0/type}", "{compatibility: 'BACKWARD'}"]})
+    assert confluent is not None and "subject 'out-value'" in confluent
+    assert "TYPE_MISMATCH" in confluent and "BACKWARD" in confluent
+    apicurio = incompatibility("out-value", {"is_compatible": False, "reason": "reader type: STRING not "
+                                             "compatible with writer type: LONG at /fields/0/type"})
+    assert apicurio is not None and apicurio.endswith("at /fields/0/type")
+    assert "no reason given" in str(incompatibility("s", {"is_compatible": False}))
