@@ -12,7 +12,13 @@ is printed next to it. Four kinds of event, interleaved (ABCD ABCD ...), ``--eve
 * ``restart-cold``: SIGTERM of the driver's process, ``standbyReplicas: 0`` (it drains, exits and
   its container starts cold on the same checkpoint: what a StatefulSet roll did before standbys).
 
-    python bench/bench_failover.py [--events 5] [--rate 20]
+Two more, on two nodes with checkpoints in the object store (``bench/failover_nodes.py``), only
+when asked for with ``--kinds`` (the platform then runs two nodes):
+
+* ``node-standby``: the active driver's node powered off, a standby on the other node;
+* ``node-cold``: the same without a standby (the driver rescheduled on the other node).
+
+    python bench/bench_failover.py [--events 5] [--rate 20] [--kinds node-standby,node-cold]
 
 Needs nothing running: it starts the platform and the operator like ``make demo`` (and leaves
 them running). Prints one line per event and p50/p95 per kind with the ratios.
@@ -21,6 +27,7 @@ them running). Prints one line per event and p50/p95 per kind with the ratios.
 from __future__ import annotations
 
 import argparse
+import functools
 import itertools
 import json
 import os
@@ -45,18 +52,23 @@ from tests.support.realnode import signal_container  # noqa: E402
 from tests.support.waiting import eventually  # noqa: E402
 
 KINDS = ("kill-standby", "kill-cold", "roll-handoff", "restart-cold")
+#: the node-loss events (bench/failover_nodes.py), on two nodes
+NODE_KINDS = ("node-standby", "node-cold")
 
 
 class Platform:
-    def __init__(self, state_dir: Path) -> None:
+    def __init__(self, state_dir: Path, nodes: int = 1) -> None:
         from sluice_dev.platform import orchestrate
 
-        state = orchestrate.up(state_dir, log=lambda m: None)
+        state = orchestrate.up(state_dir, log=lambda m: None, nodes=nodes)
         running = orchestrate.status(state_dir, log=lambda _m: None)
         if not running or not orchestrate.operator_ready(state_dir):
             state = orchestrate.deploy(state_dir, log=lambda m: None)
-        #: the real node's runc state root (drivers are signalled from the host through it)
-        self.runc_root = str(Path(state["node"]["info"]["runc_root"]) / "k8s.io")
+        self.state_dir = state_dir
+        #: each real node's runc state root (drivers are signalled from the host through it)
+        info = state["node"]["info"]
+        prefixes = ["", *(f"node_{index}_" for index in range(2, nodes + 1))]
+        self.runc_roots = {info[f"{p}node"]: str(Path(info[f"{p}runc_root"]) / "k8s.io") for p in prefixes}
         self.kubeconfig = state["kube"]["env"]["KUBECONFIG"]
         self.kubectl_bin = str(Path(state["kube"]["info"]["bin_dir"]) / "kubectl")
         self.bootstrap = state["kafka"]["env"]["SLUICE_KAFKA_BOOTSTRAP"]
@@ -101,7 +113,8 @@ class Platform:
 
     def signal(self, pod: dict[str, Any], sig: int) -> None:
         """``sig`` to a driver pod's runtime (SIGKILL, SIGTERM) from the host."""
-        signal_container(self.runc_root, pod["status"]["containerStatuses"][0]["containerID"], sig)
+        root = self.runc_roots[pod["spec"]["nodeName"]]
+        signal_container(root, pod["status"]["containerStatuses"][0]["containerID"], sig)
 
     def pods(self, ns: str, query: str) -> list[dict[str, Any]]:
         selector = f"sluice.dev/query={query},app.kubernetes.io/component=driver"
@@ -243,37 +256,56 @@ def main() -> int:
     parser.add_argument("--kinds", default=",".join(KINDS))
     args = parser.parse_args()
     kinds = [k for k in args.kinds.split(",") if k]
-    p = Platform(args.state_dir)
-    ns = p.namespace("bench-failover")
+    unknown = set(kinds) - set(KINDS) - set(NODE_KINDS)
+    if unknown:
+        parser.error(f"unknown --kinds {sorted(unknown)}: {', '.join((*KINDS, *NODE_KINDS))}")
+    on_nodes = any(k in NODE_KINDS for k in kinds)
+    p = Platform(args.state_dir, nodes=2 if on_nodes else 1)
     from confluent_kafka.admin import AdminClient, NewTopic
 
-    queries = {"warm": 1, "cold": 0}
-    watchers: dict[str, Watcher] = {}
+    # kind -> (namespace, query, standbys)
+    where: dict[str, tuple[str, str, int]] = {}
+    if set(kinds) - set(NODE_KINDS):
+        ns = p.namespace("bench-failover")
+        where.update({k: (ns, "warm", 1) if k == "kill-standby" else (ns, "cold", 0) for k in KINDS})
+    if on_nodes:
+        import failover_nodes
+
+        ns_nodes = failover_nodes.namespace(p)
+        where.update({k: (ns_nodes, *failover_nodes.QUERIES[k]) for k in NODE_KINDS})
+    queries = {(ns, name): standbys for k, (ns, name, standbys) in where.items() if k in kinds}
+    watchers: dict[tuple[str, str], Watcher] = {}
     admin = AdminClient({"bootstrap.servers": p.bootstrap})
-    for name, standbys in queries.items():
+    for (ns, name), standbys in queries.items():
         src, out = f"{ns}-{name}-in", f"{ns}-{name}-out"
         for f in admin.create_topics(
                 [NewTopic(t, num_partitions=2, replication_factor=1) for t in (src, out)]).values():
             f.result(30)
         p.kubectl("apply", "-f", "-", stdin=json.dumps(query_doc(ns, name, src, out, standbys)))
-        watchers[name] = Watcher(p.bootstrap, src, out, args.rate)
+        watchers[(ns, name)] = Watcher(p.bootstrap, src, out, args.rate)
 
-    def settled(name: str, standbys: int) -> bool:
+    def settled(ns: str, name: str, standbys: int) -> bool:
         pods = p.pods(ns, name)
         return (p.active(ns, name) is not None and len(pods) == 1 + standbys and all(ready(x) for x in pods))
 
     results: dict[str, list[tuple[float, float | None]]] = {k: [] for k in kinds}
     for round_ in range(args.events):
         for kind in kinds:
-            name = "warm" if kind == "kill-standby" else "cold"
-            eventually(lambda n=name: settled(n, queries[n]), what=f"{name} settled", timeout=600,
+            ns, name, standbys = where[kind]
+            if kind in NODE_KINDS:
+                failover_nodes.active_on_node_2(p, ns, name, standbys)
+            watcher = watchers[(ns, name)]
+            eventually(functools.partial(settled, ns, name, standbys), what=f"{name} settled", timeout=600,
                        interval=0.5)
+            eventually(watcher.flowing, what=f"{name}'s output flowing", timeout=600, interval=0.5)
             time.sleep(5)
             before = p.lease_gap(ns, name).get("time")
             pod = p.active(ns, name)
             assert pod is not None
             t0 = time.monotonic()
-            if kind.startswith("kill"):
+            if kind in NODE_KINDS:
+                failover_nodes.power_off_node_2(p)
+            elif kind.startswith("kill"):
                 p.signal(pod, signal.SIGKILL)
             elif kind == "restart-cold":
                 p.signal(pod, signal.SIGTERM)
@@ -282,11 +314,15 @@ def main() -> int:
                           json.dumps({"spec": {"restartNonce": f"r{round_}"}}))
             # the event ends when the new driver recorded its first commit (a roll first waits for
             # the replacement to warm up, while the old driver keeps serving)
-            gap, runtime_gap = measure_event(p, watchers[name], ns, name, before, t0)
+            try:
+                gap, runtime_gap = measure_event(p, watcher, ns, name, before, t0)
+            finally:
+                if kind in NODE_KINDS:
+                    failover_nodes.power_on_node_2(p)
             results[kind].append((gap, runtime_gap.get("gapSeconds")))
             print(f"round {round_ + 1} {kind:13s} output gap {gap:6.2f}s  runtime gap "
                   f"{runtime_gap.get('gapSeconds')}s ({runtime_gap.get('reason')})", flush=True)
-    for name, w in watchers.items():
+    for (_, name), w in watchers.items():
         sent, lost, dup = w.stop()
         print(f"query {name}: {sent} records sent, {lost} lost, {dup} duplicated (read_committed)")
     summary = print_summary(results, 13)
@@ -296,7 +332,11 @@ def main() -> int:
     if "roll-handoff" in summary and "restart-cold" in summary:
         ratio = summary["roll-handoff"] / summary["restart-cold"]
         print(f"restart by hand-off vs a cold restart:      {ratio:.2f}")
-    p.kubectl("delete", "namespace", ns, "--wait=false")
+    if "node-standby" in summary and "node-cold" in summary:
+        ratio = summary["node-standby"] / summary["node-cold"]
+        print(f"node loss with a standby vs without one:    {ratio:.2f}")
+    for ns in {ns for ns, _ in queries}:
+        p.kubectl("delete", "namespace", ns, "--wait=false")
     return 0
 
 
