@@ -23,19 +23,20 @@ in ``sluice.crd``, a layer above this one, so they are passed in too (:class:`Sp
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
 from sluice.core.classify import classify
-from sluice.core.compiler import CompileTarget, compile_query
+from sluice.core.compiler import CompileTarget, compile_query, source_subjects
 from sluice.core.engine import query_digest
 from sluice.core.errors import CompileError
+from sluice.core.formats.registry import admission_registry_check, registry_problems
 from sluice.core.manifest import validation_problems
 from sluice.core.naming import QueryIdentity
-from sluice.core.plan.model import Plan
+from sluice.core.plan.model import Plan, RegistrySchema
 from sluice.core.records import QueryRecords
 from sluice.core.replace import backfill_output_topic, state_reset_note
 from sluice.core.rollout import BACKFILL, REVERTIBLE, Step
@@ -178,19 +179,24 @@ def same_inputs(models: SpecModels, old: Mapping[str, Any] | None, query: QueryS
     return query_digest(before) == query_digest(query)
 
 
-def compile_target(status: Mapping[str, Any]) -> CompileTarget:
-    """What an edit is compiled for: the Spark and settings of the engine the query runs on."""
+def compile_target(status: Mapping[str, Any],
+                   schemas: Mapping[str, RegistrySchema] | None = None) -> CompileTarget:
+    """What an edit is compiled for: the Spark and settings of the engine the query runs on, and the
+    latest schema of each avro source subject."""
     engine = status.get("engine") or {}
     if not engine.get("sparkVersion"):
-        return CompileTarget()
+        return CompileTarget(schemas=dict(schemas or {}))
     return CompileTarget(spark_version=str(engine["sparkVersion"]),
-                         spark_conf={str(k): str(v) for k, v in (engine.get("sparkConf") or {}).items()})
+                         spark_conf={str(k): str(v) for k, v in (engine.get("sparkConf") or {}).items()},
+                         schemas=dict(schemas or {}))
 
 
 def review_query(operation: str, new: Mapping[str, Any], old: Mapping[str, Any] | None,
                  cluster_upgrade: Mapping[str, Any] | UpgradePolicy | None, *, models: SpecModels,
                  running_plan: RunningPlan | None = None, unavailable: str | None = None,
-                 cluster: Mapping[str, Any] | None = None) -> Verdict:
+                 cluster: Mapping[str, Any] | None = None,
+                 schemas: Mapping[str, RegistrySchema] | None = None,
+                 sink_check: Callable[[RegistrySchema], str | None] | None = None) -> Verdict:
     """Admit a CREATE or UPDATE of a StreamingQuery.
 
     ``cluster_upgrade``: the QueryCluster's ``spec.upgrade`` (``{}`` when it has none), None when the
@@ -199,6 +205,9 @@ def review_query(operation: str, new: Mapping[str, Any], old: Mapping[str, Any] 
     ``unavailable``: why the kopf side could not read what it needed (the edit is then not
     classified, and the warning says so). ``cluster``: the QueryCluster's spec, for the query's layout
     on its checkpoint storage (executors on a one-node claim are refused, standbys there warned of).
+    ``schemas``: the latest schema of each avro source subject (None: the registry was not asked, so
+    a query with avro sources is not compiled here); ``sink_check``: the registry's refusal of an avro
+    sink's new schema (``sluice.core.formats.registry``).
     """
     if not spec_changed(operation, new, old):
         return allow()
@@ -207,11 +216,22 @@ def review_query(operation: str, new: Mapping[str, Any], old: Mapping[str, Any] 
     except ValidationError as exc:
         return deny(validation_message(exc))
     status = (old or new).get("status") or {}
+    if cluster is not None and (problems := registry_problems(query, cluster_name(new),
+                                                              bool(cluster.get("schemaRegistry")))):
+        return deny("; ".join(f"{p.field}: {p.message}" for p in problems))
+    if schemas is None and source_subjects(query):
+        return allow(f"the avro sources' schemas were not read from the schema registry here "
+                     f"({unavailable or 'no registry'}); the operator compiles the query")
     try:
-        plan = compile_query(query, compile_target(status))
+        plan = compile_query(query, compile_target(status, schemas))
     except CompileError as exc:
         return deny(compile_message(exc))
     new_hash = plan.hash or plan.compute_hash()
+    avro_sink = query.sink.format == "avro" and running_plan is not None and running_plan.text
+    running = Plan.from_json(running_plan.text) if avro_sink and running_plan and running_plan.text else None
+    refused_sink = admission_registry_check(query, plan, running, sink_check)
+    if refused_sink is not None:
+        return deny(refused_sink)
 
     new_spec = new.get("spec")
     refused, warnings = storage_review(new_spec if isinstance(new_spec, Mapping) else {}, cluster, status,

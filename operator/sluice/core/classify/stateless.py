@@ -181,7 +181,32 @@ def _data_loss(step: Any) -> str:
     return str(step.on_data_loss or "skip")
 
 
+_READER_SCHEMA = _Meaning(
+    "data-selection",
+    f"; records are read with the new reader schema from now on (Avro schema resolution: fields the "
+    f"writer lacks take their defaults; column changes are reported separately). {IN_PLACE_ROWS}",
+)
+
+
+def _pinned(schema: Any) -> str | None:
+    """A pinned registry schema, briefly: ``'orders-value' version 3 (id 7)``."""
+    if schema is None:
+        return None
+    return f"{schema.subject!r} version {schema.version} (id {schema.id})"
+
+
+def _reader_schema(ctx: Ctx, old: Any, new: Any) -> set[str]:
+    """An avro source's pinned reader schema (a format change stays unhandled: topology)."""
+    if old.format != "avro" or new.format != "avro":
+        return set()
+    if old.value_schema != new.value_schema:
+        _compare(ctx, new.id, "valueSchema", _pinned(old.value_schema), _pinned(new.value_schema),
+                 "reader schema", _READER_SCHEMA)
+    return {"value_schema"}
+
+
 def _source(ctx: Ctx, old: Any, new: Any) -> set[str]:
+    handled = _reader_schema(ctx, old, new)
     _source_topic(ctx, old, new)
     _source_columns(ctx, old, new)
     _compare(ctx, new.id, "startingOffsets", old.starting_offsets, new.starting_offsets,
@@ -192,8 +217,8 @@ def _source(ctx: Ctx, old: Any, new: Any) -> set[str]:
              new.malformed.model_dump(mode="json"), "malformed-record handling", _MALFORMED)
     _compare(ctx, new.id, "onDataLoss", _data_loss(old), _data_loss(new), "onDataLoss", _DATA_LOSS)
     _compare(ctx, new.id, "isolationLevel", _isolation(old), _isolation(new), "isolation level", _ISOLATION)
-    return {"topic", "columns", "starting_offsets", "max_offsets_per_trigger", "malformed", "source",
-            "on_data_loss", "isolation_level"}
+    return handled | {"topic", "columns", "starting_offsets", "max_offsets_per_trigger", "malformed",
+                      "source", "on_data_loss", "isolation_level"}
 
 
 #: Stateful steps whose state (and its watermark eviction) is the same in update and append mode.
@@ -220,6 +245,11 @@ _SINK_TOPIC = _Meaning(
     ". Records produced after the upgrade go to the new topic and earlier results stay in the old one; "
     "on its own this keeps state and offsets (in-place). Use a replace with backfill if the new topic "
     "needs the full history.",
+)
+_SINK_SUBJECT = _Meaning(
+    "data-selection",
+    ". Records produced after the upgrade carry the id of a schema registered under the new subject; "
+    "on its own this keeps state and offsets (in-place).",
 )
 _DELIVERY = _Meaning("transparent", f"; applies from the next micro-batch. {TRANSPARENT}")
 _TRIGGER = _Meaning("transparent", f". {TRANSPARENT}")
@@ -262,4 +292,10 @@ def _sink(ctx: Ctx, old: Any, new: Any) -> set[str]:
     _compare(ctx, new.id, "delivery", old.delivery, new.delivery, "delivery", _DELIVERY)
     _compare(ctx, new.id, "trigger.processingTime", old.trigger.processing_time,
              new.trigger.processing_time, "trigger interval", _TRIGGER)
-    return {"topic", "key", "output_mode", "delivery", "trigger"}
+    handled = {"topic", "key", "output_mode", "delivery", "trigger"}
+    if old.format == new.format == "avro" and old.value_schema and new.value_schema:
+        # the schema is derived from the output schema, which is judged on its own; its subject is not
+        _compare(ctx, new.id, "valueSchema.subject", old.value_schema.subject, new.value_schema.subject,
+                 "schema registry subject", _SINK_SUBJECT)
+        handled.add("value_schema")
+    return handled

@@ -4,13 +4,14 @@ latest version in place (the registry's compatibility answer, and its reason whe
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from sluice.core.errors import Problem
+from sluice.core.plan.model import Plan, RegistrySchema
 from sluice.core.spec import QuerySpec
 
-__all__ = ["incompatibility", "registry_problems"]
+__all__ = ["admission_registry_check", "changed_sink_schema", "incompatibility", "registry_problems"]
 
 
 def registry_problems(query: QuerySpec, cluster_name: str, has_registry: bool) -> list[Problem]:
@@ -36,3 +37,20 @@ def incompatibility(subject: str, answer: Mapping[str, Any]) -> str | None:
     detail = "; ".join(r.strip() for r in reasons if str(r).strip()) or "no reason given"
     return (f"the sink's new Avro schema is incompatible with subject {subject!r} under its compatibility "
             f"level, so it cannot be changed in place: {detail}")
+
+
+def changed_sink_schema(plan: Plan, running: Plan | None) -> RegistrySchema | None:
+    """The avro sink schema of ``plan`` that the registry must accept under its subject: None when the
+    sink writes json, or when the running plan writes the same schema to the same subject already."""
+    schema = plan.sink.value_schema
+    if schema is None or (running is not None and running.sink.value_schema == schema):
+        return None
+    return schema
+
+
+def admission_registry_check(query: QuerySpec, plan: Plan, running: Plan | None,
+                             sink_check: Callable[[RegistrySchema], str | None] | None) -> str | None:
+    """Why the admission webhook refuses ``plan``'s sink schema (``sink_check``: the kopf side's question
+    to the registry, answered with :func:`incompatibility`), or None."""
+    schema = changed_sink_schema(plan, running) if query.sink.format == "avro" else None
+    return sink_check(schema) if schema is not None and sink_check is not None else None

@@ -29,14 +29,19 @@ from urllib.parse import urlsplit
 
 import aiohttp.web
 import kopf
+from pydantic import ValidationError
 
 from sluice.core import admission
 from sluice.core.admission import RunningPlan, SpecModels, Verdict
+from sluice.core.compiler import source_subjects
+from sluice.core.formats.registry import incompatibility
 from sluice.core.naming import PLAN_FILE
+from sluice.core.plan.model import RegistrySchema
 from sluice.crd.querycluster import QueryClusterSpec
 from sluice.crd.streamingquery import StreamingQuerySpec
 from sluice.operator.handlers._kopf import as_dict, env
 from sluice.operator.kube import MERGE_PATCH, Kube, KubeError
+from sluice.operator.registry import RegistryRefused, RegistryUnavailable
 
 log = logging.getLogger("sluice.operator")
 
@@ -80,8 +85,41 @@ def _review_query(operation: str, new: dict[str, Any], old: dict[str, Any] | Non
             running = RunningPlan(config_map, ((found or {}).get("data") or {}).get(PLAN_FILE))
     except KubeError as exc:
         unavailable = str(exc)
+    schemas, sink_check, registry_unavailable = _registry_inputs(ns, new, cluster_spec)
     return admission.review_query(operation, new, old, cluster_upgrade, models=MODELS, running_plan=running,
-                                  unavailable=unavailable, cluster=cluster_spec)
+                                  unavailable=unavailable or registry_unavailable, cluster=cluster_spec,
+                                  schemas=schemas, sink_check=sink_check)
+
+
+SinkCheck = Callable[[RegistrySchema], "str | None"]
+
+
+def _registry_inputs(ns: str, new: dict[str, Any], cluster_spec: dict[str, Any] | None
+                     ) -> tuple[dict[str, RegistrySchema] | None, SinkCheck | None, str | None]:
+    """What the review asks of the QueryCluster's schema registry: the latest schema of each avro source
+    subject, and the check of an avro sink's new schema (None, None, why: not asked)."""
+    try:
+        query = StreamingQuerySpec.model_validate(new.get("spec") or {}).query()
+        settings = QueryClusterSpec.model_validate(cluster_spec).schema_registry if cluster_spec else None
+    except ValidationError:
+        return None, None, None  # the review refuses the spec, or the operator reports the cluster
+    if settings is None or (not source_subjects(query) and query.sink.format != "avro"):
+        return None, None, None
+    try:
+        registry = env().registry(ns, settings)
+        schemas = {subject: registry.latest(subject) for subject in source_subjects(query)}
+    except (RegistryUnavailable, RegistryRefused) as exc:
+        return None, None, f"the schema registry at {settings.url}: {exc}"
+
+    def sink_check(schema: RegistrySchema) -> str | None:
+        try:
+            answer = registry.compatibility(schema.subject, schema.schema_)
+        except (RegistryUnavailable, RegistryRefused) as exc:
+            log.warning("admission: the compatibility of %s not checked: %s", schema.subject, exc)
+            return None  # the operator checks it again before it registers the schema
+        return incompatibility(schema.subject, answer) if answer is not None else None
+
+    return schemas, sink_check, None
 
 
 def _answer(review: Callable[[], Verdict], warnings: list[str], obj: dict[str, Any]) -> None:

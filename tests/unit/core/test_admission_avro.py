@@ -1,0 +1,82 @@
+"""The admission webhook on avro queries (pure): a query with avro needs the QueryCluster's registry;
+its sources compile with the subjects' latest schemas the kopf side read (not read: allowed with a
+warning, the operator compiles it); an avro sink's new schema the registry calls incompatible is
+refused with the registry's reason (``sink_check``), an unchanged one is not asked about."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from sluice.core.admission import RunningPlan, SpecModels, review_query
+from sluice.core.compiler import CompileTarget, compile_query
+from sluice.core.plan.model import RegistrySchema
+from sluice.core.spec import QuerySpec
+from sluice.crd.querycluster import QueryClusterSpec
+from sluice.crd.streamingquery import StreamingQuerySpec
+
+MODELS = SpecModels(query=StreamingQuerySpec, cluster=QueryClusterSpec)
+ORDER = {"type": "record", "name": "Order", "fields": [{"name": "customer", "type": "string"},
+                                                       {"name": "amount", "type": "double"}]}
+SCHEMAS = {"orders-value": RegistrySchema(subject="orders-value", schema_=json.dumps(ORDER), id=1, version=1)}
+CLUSTER = {"serviceId": "shop", "kafka": {"bootstrapServers": "k:9092"},
+           "schemaRegistry": {"url": "http://registry:8080"}}
+SQL = "SELECT customer, amount FROM orders"
+
+
+def query(sql: str = SQL, generation: int = 1) -> dict[str, Any]:
+    spec = {"sources": [{"name": "orders", "topic": "orders", "format": "avro"}], "sql": sql,
+            "sink": {"topic": "out", "format": "avro"}}
+    return {"apiVersion": "sluice.dev/v1alpha1", "kind": "StreamingQuery",
+            "metadata": {"name": "totals", "namespace": "shop", "uid": "u", "generation": generation},
+            "spec": spec}
+
+
+def test_avro_without_a_registry_in_the_cluster_is_refused_naming_the_fields() -> None:
+    no_registry = {k: v for k, v in CLUSTER.items() if k != "schemaRegistry"}
+    verdict = review_query("CREATE", query(), None, {}, models=MODELS, cluster=no_registry)
+    assert not verdict.allowed
+    assert "spec.sources[0].format: source 'orders' has format avro" in verdict.message
+    assert "spec.sink.format" in verdict.message and "no spec.schemaRegistry" in verdict.message
+
+
+def test_sources_compile_with_the_schemas_read_and_sql_errors_are_refused() -> None:
+    assert review_query("CREATE", query(), None, {}, models=MODELS, cluster=CLUSTER, schemas=SCHEMAS).allowed
+    verdict = review_query("CREATE", query("SELECT custmer FROM orders"), None, {}, models=MODELS,
+                           cluster=CLUSTER, schemas=SCHEMAS)
+    assert not verdict.allowed and "did you mean 'customer'" in verdict.message
+
+
+def test_without_the_registrys_answer_the_query_is_allowed_with_a_warning() -> None:
+    verdict = review_query("CREATE", query(), None, {}, models=MODELS, cluster=CLUSTER,
+                           unavailable="the schema registry at http://registry:8080: refused")
+    assert verdict.allowed and "the operator compiles the query" in verdict.warnings[0]
+
+
+def test_an_incompatible_sink_schema_is_refused_with_the_registrys_reason() -> None:
+    asked: list[str] = []
+
+    def sink_check(schema: RegistrySchema) -> str | None:
+        asked.append(schema.subject)
+        return "the sink's new Avro schema is incompatible with subject 'out-value': reader type: STRING"
+
+    verdict = review_query("CREATE", query(), None, {}, models=MODELS, cluster=CLUSTER, schemas=SCHEMAS,
+                           sink_check=sink_check)
+    assert not verdict.allowed and "reader type: STRING" in verdict.message
+    assert asked == ["out-value"]
+
+
+def test_an_unchanged_sink_schema_is_not_asked_about() -> None:
+    plan = compile_query(QuerySpec.model_validate(query()["spec"]), CompileTarget(schemas=SCHEMAS))
+    digest = plan.hash
+    old = query()
+    old["status"] = {"plan": {"hash": digest, "version": 1, "configMap": f"totals-plan-{digest[:12]}"}}
+    new = query("SELECT customer, amount FROM orders WHERE amount > 0", generation=2)
+
+    def sink_check(schema: RegistrySchema) -> str | None:
+        raise AssertionError("not asked: the running plan writes this schema already")
+
+    verdict = review_query("UPDATE", new, old, {}, models=MODELS, cluster=CLUSTER, schemas=SCHEMAS,
+                           sink_check=sink_check,
+                           running_plan=RunningPlan(f"totals-plan-{digest[:12]}", plan.to_json()))
+    assert verdict.allowed
