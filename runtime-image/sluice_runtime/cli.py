@@ -42,6 +42,11 @@ flag                  variable                  default
 --start-from          SLUICE_START_FROM         (none: as the plan says) ``earliest`` or an RFC 3339
                                                 time: where every source starts on a checkpoint
                                                 without offsets
+(none)                SLUICE_SCHEMA_REGISTRY_URL (none) the Confluent-compatible schema registry of
+                                                avro sources (with optional ``_USERNAME`` and
+                                                ``_PASSWORD``: basic auth)
+(none)                SLUICE_SINK_SCHEMA_ID     (none) the id the operator registered an avro sink's
+                                                schema under (required with an avro sink)
 ====================  ========================  ========================================
 
 With a Lease name the process is one of the query's drivers: it warms up, waits as a standby and
@@ -74,6 +79,7 @@ from sluice.core.replace import (
     PreviousVersionError,
 )
 
+from sluice_runtime.avro import AvroConfigError, AvroSettings, startup_problems
 from sluice_runtime.config import (
     ObjectStoreConfigError,
     RunConfig,
@@ -256,6 +262,10 @@ def resolve_config(args: argparse.Namespace, env: Mapping[str, str]) -> RunConfi
             raise ConfigError(f"{EXECUTOR_POD_TEMPLATE_ENV} must be a JSON pod template: {exc}") from None
         if not isinstance(parsed, dict) or parsed.get("kind", "Pod") != "Pod":
             raise ConfigError(f"{EXECUTOR_POD_TEMPLATE_ENV} must be a JSON object of kind Pod")
+    try:
+        avro_settings = AvroSettings.from_env(env)
+    except AvroConfigError as exc:
+        raise ConfigError(str(exc)) from None
     return RunConfig(
         plan=plan,
         checkpoint=checkpoint,
@@ -280,6 +290,7 @@ def resolve_config(args: argparse.Namespace, env: Mapping[str, str]) -> RunConfi
         executor_pod_template=template,
         engine=(env.get(ENGINE_ENV) or "").strip(),
         memory=memory_from_env(env),
+        avro=avro_settings,
     )
 
 
@@ -337,6 +348,13 @@ def execute(config: RunConfig) -> int:
             driver.report_refusal(config, _plan_hash_of(config.plan), exc.error_class, str(exc))
         return 1
     query_id = config.query_id or default_query_id(plan.hash or plan.compute_hash())
+    avro_problems = startup_problems(plan, config.avro)
+    if avro_problems:
+        message = "; ".join(avro_problems)
+        print(f"sluice-runtime: not started: {message}", file=sys.stderr)
+        if config.lease_name:
+            driver.report_refusal(config, plan.hash or plan.compute_hash(), "AvroSettingsMissing", message)
+        return 1
     try:  # the heap is fixed when the JVM starts: a container too small for it is refused before
         sized = driver_sizing(plan, config.conf, config.master, config.memory)
     except sizing.SizingError as exc:
@@ -387,18 +405,23 @@ def execute(config: RunConfig) -> int:
     try:
         if config.lease_name:
             return driver.run_elected(config, plan, spark, state, drain_requested, query_id)
-        pipeline = build_pipeline(
-            spark,
-            plan,
-            checkpoint=config.checkpoint,
-            bootstrap=config.bootstrap,
-            query_id=query_id,
-            available_now=config.available_now,
-            security=config.kafka,
-            consumer_group=config.consumer_group,
-            transactional_id=config.transactional_id,
-            start_from=config.start_from,
-        )
+
+        def start(avro: AvroSettings) -> Any:
+            return build_pipeline(
+                spark,
+                plan,
+                checkpoint=config.checkpoint,
+                bootstrap=config.bootstrap,
+                query_id=query_id,
+                available_now=config.available_now,
+                security=config.kafka,
+                consumer_group=config.consumer_group,
+                transactional_id=config.transactional_id,
+                start_from=config.start_from,
+                avro=avro,
+            )
+
+        pipeline = start(config.avro)
         log.info(
             "query %s started (plan %s, Kafka %s) in %.1fs",
             query_id, plan.hash[:12], config.kafka.protocol, time.monotonic() - started,
@@ -407,6 +430,14 @@ def execute(config: RunConfig) -> int:
         lag = BrokerLag(state.metrics, config.bootstrap, config.kafka).start()
         try:
             end = driver.supervise(pipeline, state, drain_requested)
+            # a record with a schema id its avro source's subject did not have at build: fetched
+            # anew, the pipeline starts again on the same checkpoint (from the failed batch)
+            while (renewed := driver.renewed_avro(pipeline, end)) is not None:
+                log.warning("avro: a source subject has new schema ids; starting the query again")
+                driver.finish(pipeline, state, end)
+                end = driver.FAILED
+                pipeline = start(renewed)
+                end = driver.supervise(pipeline, state, drain_requested)
         finally:
             lag.stop()
             code = driver.finish(pipeline, state, end)

@@ -10,6 +10,7 @@ from sluice.core.replace import PreviousVersion
 from sluice.core.sizing import Container
 from sluice.core.spec import parse_timestamp
 
+from sluice_runtime.avro import AvroSettings
 from sluice_runtime.kafka_security import KafkaSecurity
 
 
@@ -51,6 +52,9 @@ class RunConfig:
     #: the driver container's memory (``SLUICE_MEMORY_LIMIT``, else ``SLUICE_MEMORY_REQUEST``), which
     #: the driver's heap is derived from (``sluice.core.sizing``); None: Spark's defaults
     memory: Container | None = None
+    #: the schema registry (``SLUICE_SCHEMA_REGISTRY_URL``, ``_USERNAME``, ``_PASSWORD``) and the id
+    #: the operator registered an avro sink's schema under (``SLUICE_SINK_SCHEMA_ID``)
+    avro: AvroSettings = field(default_factory=AvroSettings)
 
 
 EARLIEST = "earliest"

@@ -57,6 +57,7 @@ from sluice_runtime.takeover import (
 if TYPE_CHECKING:
     from sluice.core.plan.model import Plan
 
+    from sluice_runtime.avro import AvroSettings
     from sluice_runtime.config import RunConfig
     from sluice_runtime.elector import Elector
     from sluice_runtime.kubeapi import KubeApi
@@ -102,6 +103,23 @@ def _monitor(pipeline: Pipeline, state: RuntimeState, stop: threading.Event,
         except Exception as exc:  # never let the monitor die
             log.debug("monitor: %s", exc)
         stop.wait(1.0)
+
+
+def has_avro_sources(plan: Plan) -> bool:
+    from sluice.core.plan.model import KafkaSourceV1
+
+    return any(isinstance(s, KafkaSourceV1) and s.format == "avro" for s in plan.steps)
+
+
+def renewed_avro(pipeline: Pipeline, end: str) -> AvroSettings | None:
+    """After a term that failed on a schema id its avro source's subject did not have at build:
+    the settings with the subjects fetched anew, when they now have it (the caller starts the
+    pipeline again on the same checkpoint); None otherwise."""
+    from sluice_runtime import avro
+
+    if end != FAILED or not avro.is_unknown_schema_id(reports.query_failure(pipeline.all_queries())):
+        return None
+    return avro.refetched(pipeline.avro, pipeline.plan)
 
 
 def supervise(
@@ -306,6 +324,7 @@ def run_elected(
             prepared = prepare_pipeline(
                 spark, plan, bootstrap=config.bootstrap, query_id=query_id, security=config.kafka,
                 consumer_group=config.consumer_group, warm_up=warm_up, checkpoint=config.checkpoint,
+                avro=config.avro,
             )
         except Exception as exc:
             reports.report_exception(api, config.lease_namespace, pod, plan, state.plan_hash, reports.WARM_UP,
@@ -407,7 +426,7 @@ def _term(config: RunConfig, prepared: Prepared, state: RuntimeState, drain_requ
 
 def _run_term(config: RunConfig, prepared: Prepared, state: RuntimeState, drain_requested: threading.Event,
               elector: Elector, api: KubeApi, pod: str, leadership: Any) -> tuple[str, int]:
-    from sluice_runtime.pipeline import start_pipeline
+    from sluice_runtime.pipeline import start_pipeline, with_new_writer_schemas
 
     state.role = "active"
     state.epoch = leadership.epoch
@@ -429,6 +448,8 @@ def _run_term(config: RunConfig, prepared: Prepared, state: RuntimeState, drain_
             # the first term of a replaced version: start where the previous version's output
             # ends (hand-off), or where the backfill starts
             prepared, before = _fresh_start(config, prepared, before)
+        if has_avro_sources(plan):  # a standby built earlier: the source subjects may have grown
+            prepared = with_new_writer_schemas(prepared) or prepared
         meter = GapMeter(checkpoint, before, acquired_wall)
         gate = drain_mod.BatchGate(guard=elector.may_write)
         pipeline = start_pipeline(prepared, checkpoint=str(checkpoint), available_now=config.available_now,

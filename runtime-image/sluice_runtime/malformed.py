@@ -2,7 +2,9 @@
 
 A record is malformed when its value is null, is not JSON, is not a JSON object, or has a field
 whose value does not convert to the declared type (``from_json`` in PERMISSIVE mode fills the
-corrupt-record column in all these cases).
+corrupt-record column in all these cases). An Avro source tags its records the same way
+(:func:`sluice_runtime.steps.source.tag_avro`), with each malformed record's own reason in ``_sluice_reason``:
+null, not in the Confluent wire format, or not decodable with its writer schema.
 
 Policies:
 
@@ -29,6 +31,8 @@ if TYPE_CHECKING:
 PARSED = "_sluice_parsed"
 MALFORMED = "_sluice_malformed"
 CORRUPT = "_sluice_corrupt"
+#: a record's own reason for being malformed, when the tagging gives one (Avro sources)
+REASON = "_sluice_reason"
 OBSERVATION_PREFIX = "malformed-"
 
 
@@ -68,6 +72,8 @@ def apply_policy(tagged: DataFrame, policy: str, source_id: str, ctx: BuildConte
     if ctx is not None:
         ctx.observations[source_id] = name
     if policy == "fail":
+        why = (F.col(REASON) if REASON in tagged.columns
+               else F.lit("record value does not parse against the declared columns"))
         message = F.concat(
             F.lit("malformed record in topic "),
             F.col("topic"),
@@ -76,7 +82,7 @@ def apply_policy(tagged: DataFrame, policy: str, source_id: str, ctx: BuildConte
             F.lit(" offset "),
             F.col("offset").cast("string"),
             F.lit(" (policy fail): "),
-            F.lit("record value does not parse against the declared columns"),
+            why,
         )
         checked = observed.withColumn(
             MALFORMED, F.when(F.col(MALFORMED), F.raise_error(message)).otherwise(F.lit(False))
@@ -90,8 +96,9 @@ def dead_letter_frame(tagged: DataFrame, columns: list[FieldSpec] | None = None)
     from pyspark.sql import functions as F
 
     err = error_text(columns) if columns else "record value does not parse against the declared columns"
+    why = F.col(REASON) if REASON in tagged.columns else F.lit(err)
     headers = F.array(
-        F.struct(F.lit("sluice.error").alias("key"), F.lit(err).cast("binary").alias("value")),
+        F.struct(F.lit("sluice.error").alias("key"), why.cast("binary").alias("value")),
         F.struct(F.lit("sluice.source.topic").alias("key"), F.col("topic").cast("binary").alias("value")),
         F.struct(
             F.lit("sluice.source.partition").alias("key"),

@@ -32,7 +32,9 @@ from sluice.core.compiler.intervals import interval_millis
 from sluice.core.plan.model import KafkaSinkV1, KafkaSourceV1, Plan
 from sluice.core.versions import dead_letter_topic
 
+from sluice_runtime import avro as avro_mod
 from sluice_runtime import kafka_admin
+from sluice_runtime.avro import AvroSettings
 from sluice_runtime.drain import BatchGate, Drainable, last_offsets
 from sluice_runtime.frames import build_frames, query_name
 from sluice_runtime.kafka_security import KafkaSecurity
@@ -61,6 +63,8 @@ class Pipeline:
     deferred: list[Callable[[], Any]] = field(default_factory=list)
     #: why starting them failed (the term then ends as failed)
     failure: BaseException | None = None
+    #: the registry settings and writer schemas the pipeline was built with
+    avro: AvroSettings = field(default_factory=AvroSettings)
 
     def start_deferred(self) -> None:
         """Start the dead-letter queries held back; a failure is kept in :attr:`failure`."""
@@ -160,17 +164,19 @@ def prepare_pipeline(
     warm_up: str = "none",
     start_from: str | None = None,
     checkpoint: str | None = None,
+    avro: AvroSettings | None = None,
 ) -> Prepared:
     """Build every step's DataFrame (Spark analyses each as it is built) and make sure the sink
     and dead-letter topics exist; then warm up as ``warm_up`` says (:data:`WARM_UP_MODES`), so
     that the first micro-batch after a takeover finds the JVM warm. ``start_from``: where the
     sources start on an empty checkpoint instead of the plan's ``startingOffsets`` (the warm-up
-    reads its own offsets whatever it is)."""
+    reads its own offsets whatever it is). ``avro``: the schema registry and the avro sink's schema
+    id (:mod:`sluice_runtime.avro`); the writer schemas of avro sources are fetched here."""
     if warm_up not in WARM_UP_MODES:
         raise ValueError(f"warm_up: {warm_up!r} is not one of {', '.join(WARM_UP_MODES)}")
     ctx = BuildContext(
         spark=spark, plan=plan, bootstrap=bootstrap, query_id=query_id, security=security or KafkaSecurity(),
-        consumer_group=consumer_group, start_from=start_from,
+        consumer_group=consumer_group, start_from=start_from, avro=avro or AvroSettings(),
     )
     frames = build_frames(plan, ctx)
     kafka_admin.ensure_topics(
@@ -200,6 +206,19 @@ def with_start_offsets(prepared: Prepared, offsets: dict[str, str],
                     query_id=prepared.query_id)
 
 
+def with_new_writer_schemas(prepared: Prepared) -> Prepared | None:
+    """The prepared pipeline built again when the subject of an avro source has gained schema ids
+    since it was built (:func:`sluice_runtime.avro.refetched`); None when none has. A driver taking
+    over calls it, so a record written with a newer writer schema is read without a restart."""
+    fresh = avro_mod.refetched(prepared.ctx.avro, prepared.plan)
+    if fresh is None:
+        return None
+    log.info("avro: the source subjects have new schema ids; the pipeline is built again")
+    ctx = dataclasses.replace(prepared.ctx, avro=fresh, dead_letters=[], observations={})
+    return Prepared(plan=prepared.plan, ctx=ctx, frames=build_frames(prepared.plan, ctx),
+                    query_id=prepared.query_id)
+
+
 def build_pipeline(
     spark: SparkSession,
     plan: Plan,
@@ -213,14 +232,17 @@ def build_pipeline(
     transactional_id: str | None = None,
     gate: BatchGate | None = None,
     start_from: str | None = None,
+    avro: AvroSettings | None = None,
 ) -> Pipeline:
     """Start the plan's queries. ``security`` applies to every Kafka client (Spark's source and
     sink, the exactly-once producer, the admin client); ``consumer_group`` and
     ``transactional_id`` are the ids the operator assigned (derived from ``query_id`` if absent);
-    ``start_from`` starts every source there when ``checkpoint`` holds no offsets yet."""
+    ``start_from`` starts every source there when ``checkpoint`` holds no offsets yet; ``avro``: see
+    :func:`prepare_pipeline`."""
     fresh = last_offsets(checkpoint) is None
     prepared = prepare_pipeline(spark, plan, bootstrap=bootstrap, query_id=query_id, security=security,
-                                consumer_group=consumer_group, start_from=start_from if fresh else None)
+                                consumer_group=consumer_group, start_from=start_from if fresh else None,
+                                avro=avro)
     return start_pipeline(prepared, checkpoint=checkpoint, available_now=available_now,
                           transactional_id=transactional_id, gate=gate)
 
@@ -315,6 +337,7 @@ def start_pipeline(
         dead_letter_checkpoints=dlq_checkpoints,
         eos_sink=eos,
         observations=dict(ctx.observations),
+        avro=ctx.avro,
     )
     if defer_dead_letters:
         pipeline.deferred = [functools.partial(start_dead_letter, route) for route in ctx.dead_letters]

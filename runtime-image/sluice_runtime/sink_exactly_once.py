@@ -69,8 +69,14 @@ def checkpoint_exists(checkpoint: str | Path) -> bool:
 
 def batch_rows(frame: DataFrame) -> Iterator[tuple[Any, Any]]:
     """An encoded batch's (key, value) rows, one partition at a time (a batch may be larger than
-    the driver's memory), the next one computed while this one is consumed."""
-    return ((r["key"], r["value"]) for r in frame.toLocalIterator(prefetchPartitions=True))
+    the driver's memory), the next one computed while this one is consumed. Binary columns (an
+    Avro value) come as ``bytearray``, which the producer refuses: they are given as ``bytes``."""
+    return ((_producible(r["key"]), _producible(r["value"]))
+            for r in frame.toLocalIterator(prefetchPartitions=True))
+
+
+def _producible(data: Any) -> Any:
+    return bytes(data) if isinstance(data, bytearray) else data
 
 
 class TransactionalSink:

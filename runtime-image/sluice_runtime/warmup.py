@@ -95,7 +95,7 @@ def warm_up_plan(ctx: BuildContext, *, timeout: float = WARM_TIMEOUT,
     queries: list[Any] = []
     try:
         warm_ctx = BuildContext(spark=spark, plan=plan, bootstrap=ctx.bootstrap, query_id=ctx.query_id,
-                                security=ctx.security, consumer_group=ctx.consumer_group,
+                                security=ctx.security, consumer_group=ctx.consumer_group, avro=ctx.avro,
                                 warm_offsets=tail_offsets(ctx.bootstrap, ctx.security, topics))
         frames = build_frames(plan, warm_ctx)
         sink = plan.sink

@@ -6,6 +6,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from sluice_runtime.avro import AvroSettings
 from sluice_runtime.kafka_security import KafkaSecurity, spark_kafka_options
 
 if TYPE_CHECKING:
@@ -46,6 +47,9 @@ class BuildContext:
     #: ``start_offsets`` starts at ``earliest`` or an RFC 3339 time instead of the plan's
     #: ``startingOffsets`` (:func:`sluice_runtime.config.start_from_options`)
     start_from: str | None = None
+    #: the schema registry, the avro sink's schema id and the writer schemas fetched so far
+    #: (``SLUICE_SCHEMA_REGISTRY_*``, ``SLUICE_SINK_SCHEMA_ID``; :mod:`sluice_runtime.avro`)
+    avro: AvroSettings = field(default_factory=AvroSettings)
 
     def kafka_options(self) -> dict[str, str]:
         """Kafka client options for Spark's connector (``kafka.``-prefixed): address and security."""

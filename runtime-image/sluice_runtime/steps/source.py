@@ -1,17 +1,21 @@
-"""kafkaSourceV1: read a topic, parse the JSON value against the declared columns.
+"""kafkaSourceV1: read a topic, parse the JSON value against the declared columns, or decode the
+Avro value (Confluent wire format) with the pinned reader schema (``format: avro``, see
+:mod:`sluice_runtime.avro`).
 
-Malformed records (value not JSON, not an object, or a field of the wrong type) are tagged and
-handled by the step's policy (see ``sluice_runtime.malformed``).
+Malformed records (value not JSON, not an object, or a field of the wrong type; for Avro: null, not
+in the wire format, or not decodable) are tagged and handled by the step's policy (see
+``sluice_runtime.malformed``).
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
-from sluice.core.plan.model import KafkaSourceV1, Plan
+from sluice.core.plan.model import KafkaSourceV1, Plan, RegistrySchema
 from sluice.core.versions import default_dead_letter_topic
 
-from sluice_runtime import malformed
+from sluice_runtime import avro, malformed
 from sluice_runtime.config import start_from_options
 from sluice_runtime.steps.base import BuildContext, DeadLetterRoute
 
@@ -58,21 +62,48 @@ def read_kafka(step: KafkaSourceV1, ctx: BuildContext) -> DataFrame:
     return reader.load()
 
 
+def tag_avro(raw: DataFrame, schema: RegistrySchema, writers: Mapping[int, str]) -> DataFrame:
+    """Kafka records tagged as :func:`sluice_runtime.malformed.parse` tags JSON ones: the decoded
+    struct in ``PARSED``, ``MALFORMED``, and the reason of a malformed one in ``REASON``. A record
+    with a schema id not in ``writers`` fails the batch (:func:`sluice_runtime.avro.unknown_id_error`)."""
+    from pyspark.sql import functions as F
+
+    df = avro.wire_columns(raw).withColumn(malformed.PARSED, avro.decode(writers, schema.schema_))
+    unknown = F.col(avro.WIRE_OK) & ~F.col(avro.SCHEMA_ID).isin(sorted(writers))
+    bad = (~F.col(avro.WIRE_OK) | F.col(malformed.PARSED).isNull()
+           | F.col(f"{malformed.PARSED}.{avro.DECODED}").isNull())
+    failed = avro.unknown_id_error(schema.subject, writers)
+    df = df.withColumn(malformed.MALFORMED, F.when(unknown, failed).otherwise(bad))
+    return df.withColumn(malformed.REASON, avro.reason(schema.subject, schema))
+
+
+def tag(step: KafkaSourceV1, raw: DataFrame, ctx: BuildContext) -> DataFrame:
+    """The records tagged by their format (``_sluice_parsed``, ``_sluice_malformed``)."""
+    if step.format == "avro":
+        if step.value_schema is None:
+            raise avro.AvroConfigError(f"source {step.source}: format avro without a valueSchema in the plan")
+        return tag_avro(raw, step.value_schema, ctx.avro.writer_schemas(step.value_schema))
+    return malformed.parse(raw, step.columns)
+
+
 def build(step: KafkaSourceV1, inputs: list[DataFrame], ctx: BuildContext) -> DataFrame:
     del inputs
     raw = read_kafka(step, ctx)
-    tagged = malformed.parse(raw, step.columns)
+    tagged = tag(step, raw, ctx)
     policy = step.malformed.policy
     if policy == "deadLetter":
         topic = step.malformed.topic or default_dead_letter_topic(ctx.plan.sink.topic)
         frame = malformed.dead_letter_frame(tagged, step.columns)
         ctx.dead_letters.append(DeadLetterRoute(source_id=step.id, frame=frame, topic=topic))
     good = malformed.apply_policy(tagged, policy, step.id, ctx)
-    declared = {c.name for c in step.columns}
+    declared = {c.name: c.type for c in step.columns}
     cols = []
     for f in step.schema_:
         if f.name in declared:
-            cols.append(good[f"{malformed.PARSED}.`{f.name}`"].alias(f.name))
+            value = good[f"{malformed.PARSED}.`{f.name}`"]
+            if step.format == "avro":  # the plan's type: from_avro's own for what the compiler maps (a no-op)
+                value = value.cast(declared[f.name])
+            cols.append(value.alias(f.name))
         else:  # Kafka metadata columns (key, topic, partition, offset, timestamp)
             cols.append(good[f"`{f.name}`"].alias(f.name))
     return good.select(*cols)

@@ -1,0 +1,312 @@
+"""Avro values in the Confluent wire format: the registry settings of a driver, the writer schemas
+of a source's subject, and the Spark expressions that decode and encode.
+
+The wire format: byte 0 is the magic byte ``0``, bytes 1-4 the schema id (big-endian), the rest the
+Avro binary encoding of one datum written with that schema.
+
+Decoding (``kafkaSourceV1``, ``format: avro``) is Spark's own ``from_avro`` with Avro schema
+resolution: the writer schema of the record's id, the plan's pinned reader schema as
+``avroSchema``. The writer schemas are every version of the source's subject, fetched from the
+registry once, when the pipeline is built (the driver never asks the registry on the data path);
+the value expression is a CASE over their ids (:func:`sluice_runtime.steps.source.tag_avro`). A
+record whose id the subject did not have then fails the batch with an error naming the id and the
+subject (:data:`UNKNOWN_SCHEMA_ID`); the driver fetches the subject anew and starts the query again
+on the same checkpoint (:func:`sluice_runtime.driver.renewed_avro`). A record that is not in the
+wire format, or whose bytes do not decode, is malformed, with its reason
+(:data:`sluice_runtime.malformed.REASON`).
+
+Encoding (``kafkaSinkV1``, ``format: avro``) is ``to_avro`` with the plan's sink schema, behind
+the header of the id the operator registered that schema under (``SLUICE_SINK_SCHEMA_ID``).
+
+The registry is read with the standard library (its Confluent-compatible REST API: ``GET
+/subjects/<subject>/versions`` and ``/subjects/<subject>/versions/<n>``), so the runtime image needs
+no client library for it.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import struct
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Final
+
+if TYPE_CHECKING:
+    from pyspark.sql import Column, DataFrame
+    from sluice.core.plan.model import Plan, RegistrySchema
+
+REGISTRY_URL_ENV: Final = "SLUICE_SCHEMA_REGISTRY_URL"
+REGISTRY_USERNAME_ENV: Final = "SLUICE_SCHEMA_REGISTRY_USERNAME"
+REGISTRY_PASSWORD_ENV: Final = "SLUICE_SCHEMA_REGISTRY_PASSWORD"
+SINK_SCHEMA_ID_ENV: Final = "SLUICE_SINK_SCHEMA_ID"
+
+MAGIC: Final = 0
+HEADER_LENGTH: Final = 5
+#: the largest schema id the header holds (a signed 32-bit integer, as the Confluent clients read it)
+MAX_SCHEMA_ID: Final = 2**31 - 1
+#: the start of the error that fails a batch on a schema id the subject did not have at build
+UNKNOWN_SCHEMA_ID: Final = "SLUICE_UNKNOWN_SCHEMA_ID"
+#: a field added to the reader schema with a default: set in every record that decodes, null in the
+#: all-null row ``from_avro`` gives (``PERMISSIVE``) for one that does not
+DECODED: Final = "_sluice_decoded"
+#: temporary columns of a decoded source
+SCHEMA_ID: Final = "_sluice_schema_id"
+WIRE_OK: Final = "_sluice_wire_ok"
+
+
+class AvroConfigError(ValueError):
+    """Avro settings that cannot be used (a missing or invalid variable, an unreachable subject)."""
+
+
+def wire_header(schema_id: int) -> bytes:
+    """The 5 bytes before an Avro datum written with ``schema_id``."""
+    if not 0 <= schema_id <= MAX_SCHEMA_ID:
+        raise ValueError(f"schema id {schema_id} is not between 0 and {MAX_SCHEMA_ID}")
+    return struct.pack(">bI", MAGIC, schema_id)
+
+
+def parse_wire_header(value: bytes | None) -> int | None:
+    """The schema id of a value in the wire format; None when it is not (null, short, other magic).
+    The same test :func:`wire_columns` makes in Spark."""
+    if value is None or len(value) < HEADER_LENGTH or value[0] != MAGIC:
+        return None
+    return int(struct.unpack(">I", value[1:HEADER_LENGTH])[0])
+
+
+def parse_schema_id(text: str | None, variable: str = SINK_SCHEMA_ID_ENV) -> int | None:
+    """A schema id from the environment; None when unset or blank."""
+    value = (text or "").strip()
+    if not value:
+        return None
+    if not value.isdigit() or int(value) > MAX_SCHEMA_ID:
+        raise AvroConfigError(
+            f"{variable} must be a schema id (an integer from 0 to {MAX_SCHEMA_ID}), got {text!r}")
+    return int(value)
+
+
+def reader_with_marker(reader_schema: str) -> str:
+    """The reader schema with :data:`DECODED` (boolean, default true) added to its record."""
+    schema = json.loads(reader_schema)
+    if not isinstance(schema, dict) or schema.get("type") != "record":
+        raise AvroConfigError("an avro source's reader schema must be a record schema")
+    fields = [f for f in schema.get("fields", []) if f.get("name") != DECODED]
+    schema["fields"] = [*fields, {"name": DECODED, "type": "boolean", "default": True}]
+    return json.dumps(schema, separators=(",", ":"))
+
+
+@dataclass(frozen=True)
+class Registry:
+    """A Confluent-compatible schema registry (its base URL, e.g. Apicurio's ``.../apis/ccompat/v7``)."""
+
+    url: str
+    username: str | None = None
+    password: str | None = field(default=None, repr=False)
+    timeout: float = 10.0
+
+    def _get(self, path: str) -> Any:
+        request = urllib.request.Request(
+            self.url.rstrip("/") + path, headers={"Accept": "application/vnd.schemaregistry.v1+json"})
+        if self.username is not None:
+            token = base64.b64encode(f"{self.username}:{self.password or ''}".encode()).decode()
+            request.add_header("Authorization", f"Basic {token}")
+        try:
+            with urllib.request.urlopen(request, timeout=self.timeout) as response:
+                return json.loads(response.read())
+        except urllib.error.HTTPError as exc:
+            detail = exc.read().decode(errors="replace")[:300]
+            raise AvroConfigError(
+                f"schema registry {self.url}: GET {path}: HTTP {exc.code}: {detail}") from None
+        except (urllib.error.URLError, OSError) as exc:
+            raise AvroConfigError(f"schema registry {self.url}: GET {path}: {exc}") from None
+
+    def versions(self, subject: str) -> list[int]:
+        quoted = urllib.parse.quote(subject, safe="")
+        return sorted(int(v) for v in self._get(f"/subjects/{quoted}/versions"))
+
+    def version(self, subject: str, version: int) -> dict[str, Any]:
+        quoted = urllib.parse.quote(subject, safe="")
+        answer = self._get(f"/subjects/{quoted}/versions/{version}")
+        if not isinstance(answer, dict):
+            raise AvroConfigError(f"schema registry {self.url}: {subject} version {version}: not an object")
+        return answer
+
+    def writer_schemas(self, subject: str) -> dict[int, str]:
+        """Schema id -> schema text of every Avro version of ``subject``."""
+        out: dict[int, str] = {}
+        for number in self.versions(subject):
+            answer = self.version(subject, number)
+            if answer.get("schemaType", "AVRO") == "AVRO":
+                out[int(answer["id"])] = str(answer["schema"])
+        return out
+
+
+@dataclass
+class AvroSettings:
+    """What a driver knows for avro sources and sinks: the registry, the sink schema's id, and the
+    writer schemas fetched so far (subject -> id -> schema text; a test may give them)."""
+
+    registry: Registry | None = None
+    sink_schema_id: int | None = None
+    writers: dict[str, dict[int, str]] = field(default_factory=dict)
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str]) -> AvroSettings:
+        url = (env.get(REGISTRY_URL_ENV) or "").strip()
+        username = env.get(REGISTRY_USERNAME_ENV) or None
+        password = env.get(REGISTRY_PASSWORD_ENV) or None
+        if (username is None) != (password is None):
+            raise AvroConfigError(f"{REGISTRY_USERNAME_ENV} and {REGISTRY_PASSWORD_ENV} go together")
+        if not url and username is not None:
+            raise AvroConfigError(f"{REGISTRY_USERNAME_ENV} is set without {REGISTRY_URL_ENV}")
+        registry = Registry(url, username, password) if url else None
+        return cls(registry=registry, sink_schema_id=parse_schema_id(env.get(SINK_SCHEMA_ID_ENV)))
+
+    def writer_schemas(self, schema: RegistrySchema) -> dict[int, str]:
+        """The writer schemas of a source's subject (fetched once per subject). The pinned schema is
+        among them under its pinned id, whatever the registry answers."""
+        if schema.subject not in self.writers:
+            if self.registry is None:
+                raise AvroConfigError(
+                    f"{REGISTRY_URL_ENV} is not set: an avro source (subject {schema.subject}) needs the "
+                    "schema registry for the writer schemas of its records")
+            self.writers[schema.subject] = self.registry.writer_schemas(schema.subject)
+        found = dict(self.writers[schema.subject])
+        if schema.id is not None:
+            found.setdefault(schema.id, schema.schema_)
+        return found
+
+    def require_sink_id(self, subject: str) -> int:
+        if self.sink_schema_id is None:
+            raise AvroConfigError(
+                f"{SINK_SCHEMA_ID_ENV} is not set: the avro sink writes the id the operator registered "
+                f"its schema under (subject {subject}) in every record's header")
+        return self.sink_schema_id
+
+
+# -- Spark expressions ---------------------------------------------------------------------
+def wire_columns(raw: DataFrame) -> DataFrame:
+    """``raw`` (Kafka records) with :data:`WIRE_OK` (value in the wire format) and
+    :data:`SCHEMA_ID` (its id, null when not)."""
+    from pyspark.sql import functions as F
+
+    value = F.col("value")
+    ok = value.isNotNull() & (F.length(value) >= HEADER_LENGTH) & (F.hex(F.substring(value, 1, 1)) == "00")
+    schema_id = F.conv(F.hex(F.substring(value, 2, 4)), 16, 10).cast("bigint")
+    return raw.withColumn(WIRE_OK, F.coalesce(ok, F.lit(False))).withColumn(
+        SCHEMA_ID, F.when(F.col(WIRE_OK), schema_id))
+
+
+def payload() -> Column:
+    """The Avro datum of a value in the wire format (the bytes after the header)."""
+    from pyspark.sql import functions as F
+
+    value = F.col("value")
+    return value.substr(F.lit(HEADER_LENGTH + 1), F.length(value) - HEADER_LENGTH)
+
+
+def decode(writers: Mapping[int, str], reader_schema: str) -> Column:
+    """The decoded value (a struct of the reader schema's fields and :data:`DECODED`): a CASE over
+    the writer schema ids; null for an id not among them or a value not in the wire format."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.avro.functions import from_avro
+
+    options = {"avroSchema": reader_with_marker(reader_schema), "mode": "PERMISSIVE"}
+    out: Column | None = None
+    for schema_id in sorted(writers):
+        decoded = from_avro(payload(), writers[schema_id], options)
+        condition = F.col(WIRE_OK) & (F.col(SCHEMA_ID) == F.lit(schema_id))
+        out = F.when(condition, decoded) if out is None else out.when(condition, decoded)
+    if out is None:
+        raise AvroConfigError("no writer schema: the subject has no Avro version")
+    return out
+
+
+def unknown_id_error(subject: str, known: Mapping[int, str]) -> Column:
+    """``raise_error`` naming the record, its schema id and the subject."""
+    from pyspark.sql import functions as F
+
+    ids = ", ".join(str(i) for i in sorted(known))
+    return F.raise_error(F.concat(
+        F.lit(f"{UNKNOWN_SCHEMA_ID}: a record of topic "), F.col("topic"),
+        F.lit(" partition "), F.col("partition").cast("string"),
+        F.lit(" offset "), F.col("offset").cast("string"),
+        F.lit(" carries schema id "), F.col(SCHEMA_ID).cast("string"),
+        F.lit(f", which subject {subject} did not have when the pipeline was built (ids {ids}): "
+              "the subject is fetched again and the query restarted on its checkpoint"),
+    ))
+
+
+def reason(subject: str, reader: RegistrySchema) -> Column:
+    """Why a record is malformed (meaningful for malformed records only)."""
+    from pyspark.sql import functions as F
+
+    pinned = f"version {reader.version}, id {reader.id}" if reader.id is not None else "pinned"
+    return (
+        F.when(F.col("value").isNull(), F.lit("record value is null"))
+        .when(~F.col(WIRE_OK), F.lit("record value is not in the Confluent wire format "
+                                      "(magic byte 0, a 4-byte schema id, Avro binary)"))
+        .otherwise(F.concat(
+            F.lit("record value does not decode as Avro written with schema id "),
+            F.col(SCHEMA_ID).cast("string"),
+            F.lit(f" of subject {subject}, read with the reader schema ({pinned})"),
+        ))
+    )
+
+
+def encode(value: Column, schema: str, schema_id: int) -> Column:
+    """``value`` (a struct) as Avro with ``schema``, behind the wire header of ``schema_id``."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.avro.functions import to_avro
+
+    return F.concat(F.lit(bytearray(wire_header(schema_id))), to_avro(value, schema))
+
+
+def startup_problems(plan: Plan, settings: AvroSettings) -> list[str]:
+    """What keeps ``plan`` from starting with ``settings``: an avro sink without
+    ``SLUICE_SINK_SCHEMA_ID``, an avro source without ``SLUICE_SCHEMA_REGISTRY_URL``, an avro step
+    without its schema in the plan ([] when it can start)."""
+    from sluice.core.plan.model import KafkaSinkV1, KafkaSourceV1
+
+    problems: list[str] = []
+    for step in plan.steps:
+        if isinstance(step, KafkaSourceV1) and step.format == "avro":
+            if step.value_schema is None:
+                problems.append(f"avro source {step.source}: the plan has no valueSchema")
+            given = step.value_schema is not None and step.value_schema.subject in settings.writers
+            if settings.registry is None and not given:
+                problems.append(f"{REGISTRY_URL_ENV} is not set: avro source {step.source} needs the schema "
+                                "registry for the writer schemas of its records")
+        elif isinstance(step, KafkaSinkV1) and step.format == "avro":
+            if step.value_schema is None:
+                problems.append(f"avro sink {step.topic}: the plan has no valueSchema")
+            if settings.sink_schema_id is None:
+                problems.append(f"{SINK_SCHEMA_ID_ENV} is not set: the avro sink of topic {step.topic} "
+                                "writes the id the operator registered its schema under")
+    return problems
+
+
+def is_unknown_schema_id(failure: BaseException | None) -> bool:
+    """Whether a query failed on a schema id its subject did not have at build (:func:`tag`)."""
+    if failure is None:
+        return False
+    return UNKNOWN_SCHEMA_ID in str(getattr(failure, "desc", None) or failure)
+
+
+def refetched(settings: AvroSettings, plan: Plan) -> AvroSettings | None:
+    """Settings with the writer schemas of the plan's avro sources fetched anew, when a subject
+    has ids that ``settings`` did not have; None when none has (or there is no registry)."""
+    from sluice.core.plan.model import KafkaSourceV1
+
+    if settings.registry is None:
+        return None
+    fresh = AvroSettings(registry=settings.registry, sink_schema_id=settings.sink_schema_id)
+    grew = False
+    for step in plan.steps:
+        if isinstance(step, KafkaSourceV1) and step.format == "avro" and step.value_schema is not None:
+            before = set(settings.writers.get(step.value_schema.subject, {}))
+            grew |= bool(set(fresh.writer_schemas(step.value_schema)) - before - {step.value_schema.id})
+    return fresh if grew else None
