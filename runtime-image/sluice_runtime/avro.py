@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import base64
 import json
+import ssl
 import struct
 import urllib.error
 import urllib.parse
@@ -42,6 +43,8 @@ if TYPE_CHECKING:
 REGISTRY_URL_ENV: Final = "SLUICE_SCHEMA_REGISTRY_URL"
 REGISTRY_USERNAME_ENV: Final = "SLUICE_SCHEMA_REGISTRY_USERNAME"
 REGISTRY_PASSWORD_ENV: Final = "SLUICE_SCHEMA_REGISTRY_PASSWORD"
+#: the PEM text of the CA that signed an ``https`` registry's certificate (else the system's CAs)
+REGISTRY_CA_ENV: Final = "SLUICE_SCHEMA_REGISTRY_CA"
 SINK_SCHEMA_ID_ENV: Final = "SLUICE_SINK_SCHEMA_ID"
 
 MAGIC: Final = 0
@@ -105,6 +108,8 @@ class Registry:
     url: str
     username: str | None = None
     password: str | None = field(default=None, repr=False)
+    #: PEM text of the CA of an ``https`` registry (None: the system's)
+    ca: str | None = field(default=None, repr=False)
     timeout: float = 10.0
 
     def _get(self, path: str) -> Any:
@@ -113,8 +118,9 @@ class Registry:
         if self.username is not None:
             token = base64.b64encode(f"{self.username}:{self.password or ''}".encode()).decode()
             request.add_header("Authorization", f"Basic {token}")
+        context = ssl.create_default_context(cadata=self.ca) if self.ca else None
         try:
-            with urllib.request.urlopen(request, timeout=self.timeout) as response:
+            with urllib.request.urlopen(request, timeout=self.timeout, context=context) as response:
                 return json.loads(response.read())
         except urllib.error.HTTPError as exc:
             detail = exc.read().decode(errors="replace")[:300]
@@ -162,7 +168,13 @@ class AvroSettings:
             raise AvroConfigError(f"{REGISTRY_USERNAME_ENV} and {REGISTRY_PASSWORD_ENV} go together")
         if not url and username is not None:
             raise AvroConfigError(f"{REGISTRY_USERNAME_ENV} is set without {REGISTRY_URL_ENV}")
-        registry = Registry(url, username, password) if url else None
+        ca = (env.get(REGISTRY_CA_ENV) or "").strip() or None
+        if ca is not None:
+            try:
+                ssl.create_default_context(cadata=ca)
+            except (ssl.SSLError, ValueError) as exc:
+                raise AvroConfigError(f"{REGISTRY_CA_ENV} is not a PEM certificate: {exc}") from None
+        registry = Registry(url, username, password, ca) if url else None
         return cls(registry=registry, sink_schema_id=parse_schema_id(env.get(SINK_SCHEMA_ID_ENV)))
 
     def writer_schemas(self, schema: RegistrySchema) -> dict[int, str]:

@@ -44,7 +44,8 @@ flag                  variable                  default
                                                 without offsets
 (none)                SLUICE_SCHEMA_REGISTRY_URL (none) the Confluent-compatible schema registry of
                                                 avro sources (with optional ``_USERNAME`` and
-                                                ``_PASSWORD``: basic auth)
+                                                ``_PASSWORD``: basic auth; ``_CA``: the PEM of
+                                                an https registry's CA)
 (none)                SLUICE_SINK_SCHEMA_ID     (none) the id the operator registered an avro sink's
                                                 schema under (required with an avro sink)
 ====================  ========================  ========================================

@@ -66,6 +66,8 @@ def test_settings_from_the_environment() -> None:
                                       "SLUICE_SCHEMA_REGISTRY_PASSWORD": "s3cret"})
     assert settings.registry == Registry(url, "u", "s3cret") and settings.sink_schema_id == 7
     assert "s3cret" not in repr(settings.registry)
+    with pytest.raises(AvroConfigError, match="SLUICE_SCHEMA_REGISTRY_CA is not a PEM certificate"):
+        AvroSettings.from_env({"SLUICE_SCHEMA_REGISTRY_URL": url, "SLUICE_SCHEMA_REGISTRY_CA": "not pem"})
     with pytest.raises(AvroConfigError, match="go together"):
         AvroSettings.from_env({"SLUICE_SCHEMA_REGISTRY_URL": url, "SLUICE_SCHEMA_REGISTRY_USERNAME": "u"})
     with pytest.raises(AvroConfigError, match="without SLUICE_SCHEMA_REGISTRY_URL"):
@@ -125,3 +127,29 @@ def test_an_unknown_schema_id_failure_is_recognised_by_its_marker() -> None:
     assert avro.is_unknown_schema_id(RuntimeError("... SLUICE_UNKNOWN_SCHEMA_ID: ..."))
     assert not avro.is_unknown_schema_id(RuntimeError("malformed record in topic t"))
     assert not avro.is_unknown_schema_id(None)
+
+
+def _self_signed_pem() -> str:
+    import datetime as dt
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "registry-ca")])
+    now = dt.datetime.now(dt.UTC)
+    cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
+            .serial_number(1).not_valid_before(now).not_valid_after(now + dt.timedelta(days=1))
+            .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+            .sign(key, hashes.SHA256()))
+    return cert.public_bytes(serialization.Encoding.PEM).decode()
+
+
+def test_an_https_registry_s_ca_comes_as_pem_text() -> None:
+    pem = _self_signed_pem()
+    env = {"SLUICE_SCHEMA_REGISTRY_URL": "https://registry:8443", "SLUICE_SCHEMA_REGISTRY_CA": pem}
+    registry = AvroSettings.from_env(env).registry
+    assert registry is not None and registry.ca == pem.strip()
+    assert "BEGIN CERTIFICATE" not in repr(registry)
