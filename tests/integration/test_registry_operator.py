@@ -10,6 +10,7 @@ anything rolls; a registry that does not answer is a RegistryUnreachable conditi
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -180,3 +181,54 @@ def test_avro_without_a_registry_in_the_cluster_names_the_fields(world: World) -
     assert "spec.sources[0].format" in str(stopped.value) and "spec.sink.format" in str(stopped.value)
     degraded = next(c for c in w.status()["conditions"] if c["type"] == "Degraded")
     assert degraded["reason"] == "InvalidSpec" and "has no spec.schemaRegistry" in degraded["message"]
+
+
+@pytest.fixture
+def webhook_env(world: World) -> Iterator[World]:
+    """The admission handlers configured with this world's Env (restored afterwards)."""
+    from sluice.operator.handlers import _kopf
+
+    before = _kopf._ENV_FACTORY
+    _kopf.configure(lambda: world.env)
+    try:
+        yield world
+    finally:
+        _kopf._ENV_FACTORY, _kopf._ENV = before, None
+
+
+def admit(operation: str, new: dict[str, Any], old: dict[str, Any] | None = None) -> list[str]:
+    """The webhook's answer (kopf's AdmissionError on refusal), its warnings otherwise."""
+    from sluice.operator.handlers.admission import validate_query
+
+    warnings: list[str] = []
+    validate_query(body=new, warnings=warnings, operation=operation, old=old, new=new)
+    return warnings
+
+
+def test_the_webhook_reads_the_registry_and_refuses_an_incompatible_sink_change(
+        webhook_env: World, schema_registry: Registry) -> None:
+    import kopf
+
+    w = webhook_env
+    avro_world(w, schema_registry)
+    w.add_query(**avro_spec(w))
+    reconcile_query(w.env, w.current())
+    reconcile_query(w.env, w.current())
+    live = w.current()
+
+    incompatible = json.loads(json.dumps(live))
+    incompatible["spec"]["sql"] = SQL.replace("sum(amount) AS total", "cast(sum(amount) AS string) AS total")
+    with pytest.raises(kopf.AdmissionError) as refused:
+        admit("UPDATE", incompatible, live)
+    assert "incompatible with subject" in str(refused.value) and "/fields/" in str(refused.value)
+
+    compatible = json.loads(json.dumps(live))
+    compatible["spec"]["sql"] = SQL.replace("FROM orders", ", max(amount) AS biggest FROM orders")
+    admit("UPDATE", compatible, live)  # allowed (in place: schema-evolution warnings)
+    assert client(schema_registry).get_versions(f"{w.topic}-value") == [1]  # the webhook registers nothing
+
+    unknown = json.loads(json.dumps(live))
+    unknown["metadata"] = {"name": "other", "namespace": w.ns}
+    unknown["spec"]["sources"][0]["topic"] = f"nothing-{w.ns}"
+    warnings = admit("CREATE", unknown)
+    assert any("not compiled here: the operator compiles the query" in text for text in warnings), warnings

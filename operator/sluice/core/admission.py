@@ -220,8 +220,8 @@ def review_query(operation: str, new: Mapping[str, Any], old: Mapping[str, Any] 
                                                               bool(cluster.get("schemaRegistry")))):
         return deny("; ".join(f"{p.field}: {p.message}" for p in problems))
     if schemas is None and source_subjects(query):
-        return allow(f"the avro sources' schemas were not read from the schema registry here "
-                     f"({unavailable or 'no registry'}); the operator compiles the query")
+        return allow(f"not compiled here: the operator compiles the query with its avro sources' schemas "
+                     f"from the schema registry, not read here ({unavailable or 'no registry'})")
     try:
         plan = compile_query(query, compile_target(status, schemas))
     except CompileError as exc:

@@ -50,7 +50,7 @@ def test_sources_compile_with_the_schemas_read_and_sql_errors_are_refused() -> N
 def test_without_the_registrys_answer_the_query_is_allowed_with_a_warning() -> None:
     verdict = review_query("CREATE", query(), None, {}, models=MODELS, cluster=CLUSTER,
                            unavailable="the schema registry at http://registry:8080: refused")
-    assert verdict.allowed and "the operator compiles the query" in verdict.warnings[0]
+    assert verdict.allowed and "not compiled here: the operator compiles the query" in verdict.warnings[0]
 
 
 def test_an_incompatible_sink_schema_is_refused_with_the_registrys_reason() -> None:
