@@ -9,6 +9,7 @@ anything rolls; a registry that does not answer is a RegistryUnreachable conditi
 
 from __future__ import annotations
 
+import argparse
 import json
 from collections.abc import Iterator
 from typing import Any
@@ -232,3 +233,23 @@ def test_the_webhook_reads_the_registry_and_refuses_an_incompatible_sink_change(
     unknown["spec"]["sources"][0]["topic"] = f"nothing-{w.ns}"
     warnings = admit("CREATE", unknown)
     assert any("not compiled here: the operator compiles the query" in text for text in warnings), warnings
+
+
+def test_sluice_plan_compiles_an_avro_query_with_the_registry_of_the_environment(
+        schema_registry: Registry, tmp_path: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    from sluice.commands import plan as plan_command
+    from sluice.commands.registry import URL_ENV
+
+    subject = f"cli-orders-{tmp_path.name}-value"
+    client(schema_registry).register_schema(subject, Schema(json.dumps(ORDER_V1), "AVRO"))
+    manifest = tmp_path / "q.yaml"
+    manifest.write_text(json.dumps({
+        "apiVersion": "sluice.dev/v1alpha1", "kind": "StreamingQuery", "metadata": {"name": "q"},
+        "spec": {"sources": [{"name": "orders", "topic": "orders", "format": "avro", "subject": subject}],
+                 "sql": SQL, "sink": {"topic": "out", "format": "avro", "key": ["customer"],
+                                      "outputMode": "update"}}}))
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv(URL_ENV, schema_registry.url)
+        assert plan_command.run(argparse.Namespace(file=str(manifest), output="json")) == 0
+    plan = Plan.from_json(capsys.readouterr().out)
+    assert pinned_source(plan).subject == subject and pinned_source(plan).version == 1

@@ -32,12 +32,12 @@ def register(subparsers: Any) -> None:
 
 def _load(path: str) -> Any:
     """Compile one manifest into (plan, manifest); raises SluiceError or OSError."""
-    from sluice.core.compiler import compile_query
+    from sluice.commands.registry import compile_with_registry
     from sluice.core.manifest import parse_manifest
 
     text = Path(path).read_text(encoding="utf-8")
     manifest = parse_manifest(text)
-    return compile_query(manifest.spec), manifest
+    return compile_with_registry(manifest.spec), manifest
 
 
 def render_text(result: dict[str, Any], old: str, new: str) -> str:

@@ -19,7 +19,7 @@ def register(subparsers: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from sluice.core.compiler import compile_query
+    from sluice.commands.registry import compile_with_registry
     from sluice.core.errors import SluiceError
     from sluice.core.manifest import parse_manifest
     from sluice.core.plan.render import render_text
@@ -38,7 +38,7 @@ def run(args: argparse.Namespace) -> int:
         )
         return 1
     try:
-        plan = compile_query(parse_manifest(text).spec)
+        plan = compile_with_registry(parse_manifest(text).spec)
     except SluiceError as exc:
         for problem in exc.problems:
             print(problem.render(name), file=sys.stderr)

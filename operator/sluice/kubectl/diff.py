@@ -48,7 +48,7 @@ def load_manifest(text: str) -> Manifest:
     raises ``SluiceError`` (``ManifestError`` / ``CompileError``)."""
     from pydantic import ValidationError
 
-    from sluice.core.compiler import compile_query
+    from sluice.commands.registry import compile_with_registry
     from sluice.core.errors import ManifestError
     from sluice.core.manifest import parse_manifest, validation_problems
     from sluice.crd.streamingquery import StreamingQuerySpec
@@ -59,7 +59,7 @@ def load_manifest(text: str) -> Manifest:
         full = StreamingQuerySpec.model_validate(spec)
     except ValidationError as exc:
         raise ManifestError(validation_problems(exc, "spec")) from exc
-    plan = compile_query(full.query())
+    plan = compile_with_registry(full.query())
     namespace = (manifest.raw.get("metadata") or {}).get("namespace")
     return Manifest(manifest.name, str(namespace) if namespace else None, spec, plan,
                     plan.hash or plan.compute_hash())
@@ -69,8 +69,8 @@ def as_the_operator_plans(session: Session, manifest: Manifest, live: dict[str, 
     """The manifest's plan as the operator derives it for ``live``: compiled for the engine the query
     runs on; the pinned plan itself when the query part of the spec is unchanged (an operator never
     re-plans an unchanged query on its own: a re-plan on offer is in ``status.plan.replan``)."""
+    from sluice.commands.registry import compile_with_registry
     from sluice.core.admission import SpecModels, compile_target, same_inputs
-    from sluice.core.compiler import compile_query
     from sluice.core.naming import PLAN_FILE
     from sluice.core.plan.model import Plan
     from sluice.crd.querycluster import QueryClusterSpec
@@ -88,7 +88,7 @@ def as_the_operator_plans(session: Session, manifest: Manifest, live: dict[str, 
         if text is not None:
             return Manifest(manifest.name, manifest.namespace, manifest.spec, Plan.from_json(text),
                             str(pinned["hash"]))
-    plan = compile_query(query, compile_target(status))
+    plan = compile_with_registry(query, compile_target(status))
     return Manifest(manifest.name, manifest.namespace, manifest.spec, plan, plan.hash or plan.compute_hash())
 
 
