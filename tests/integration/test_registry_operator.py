@@ -253,3 +253,21 @@ def test_sluice_plan_compiles_an_avro_query_with_the_registry_of_the_environment
         assert plan_command.run(argparse.Namespace(file=str(manifest), output="json")) == 0
     plan = Plan.from_json(capsys.readouterr().out)
     assert pinned_source(plan).subject == subject and pinned_source(plan).version == 1
+
+
+def test_a_rollback_of_an_avro_query_compiles_the_kept_query_with_its_pinned_schema(
+        world: World, schema_registry: Registry) -> None:
+    from sluice.operator.rollback_request import prepare
+
+    w = world
+    avro_world(w, schema_registry)
+    w.add_query(**avro_spec(w))
+    reconcile_query(w.env, w.current())
+    reconcile_query(w.env, w.current())
+    first = w.status()["plan"]["hash"]
+    reconcile_query(w.env, w.edit(sql=SQL + " HAVING count(*) > 1"))
+    DriverSide(w.k.api, w.ns).take_over(w.status()["rollout"]["targetHash"], batches=3)
+    reconcile_query(w.env, w.current())
+    assert w.status()["plan"]["hash"] != first
+    done = prepare(w.k, w.current(), compile_query=w.env.compile)
+    assert done.target == first and done.new_hash == first  # the kept plan, schema and all

@@ -12,9 +12,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from sluice.core.compiler import CompileTarget
+from sluice.core.compiler.registry import plan_source_schemas
 from sluice.core.errors import SluiceError
-from sluice.core.naming import QueryNames
-from sluice.core.plan.model import Plan
+from sluice.core.naming import PLAN_FILE, QueryNames
+from sluice.core.plan.model import Plan, RegistrySchema
 from sluice.core.records import QueryRecords
 from sluice.core.rollback import (
     ROLLBACK_DONE,
@@ -68,10 +70,20 @@ class Prepared:
     new_hash: str | None
 
 
+def _kept_schemas(cm: dict[str, Any]) -> dict[str, RegistrySchema]:
+    """The registry schemas the kept plan's avro sources pinned (its query compiles with them)."""
+    text = (cm.get("data") or {}).get(PLAN_FILE)
+    try:
+        return plan_source_schemas(Plan.from_json(text)) if text else {}
+    except ValueError:
+        return {}
+
+
 def prepare(kube: Kube, obj: dict[str, Any], to: str | None = None,
-            compile_query: Callable[[QuerySpec], Plan] | None = None) -> Prepared:
+            compile_query: Callable[[QuerySpec, CompileTarget], Plan] | None = None) -> Prepared:
     """The rollback of StreamingQuery ``obj`` to plan ``to`` (None: the previous plan), checked:
-    the kept query is valid and the spec it gives compiles. RollbackError says why not."""
+    the kept query is valid and the spec it gives compiles (an avro source with the schema the kept
+    plan pinned). RollbackError says why not."""
     from sluice.core.compiler import compile_query as default_compile
 
     compile_spec = compile_query or default_compile
@@ -88,7 +100,8 @@ def prepare(kube: Kube, obj: dict[str, Any], to: str | None = None,
         return Prepared(target, why, cm_name, {}, dict(live_spec), None, None)
     new_spec = apply_merge_patch(live_spec, patch)
     try:
-        plan = compile_spec(StreamingQuerySpec.model_validate(new_spec).query())
+        plan = compile_spec(StreamingQuerySpec.model_validate(new_spec).query(),
+                            CompileTarget(schemas=_kept_schemas(cm)))
     except (SluiceError, ValueError) as exc:
         raise RollbackError(f"the query kept in ConfigMap {cm_name} does not compile any more: "
                             f"{exc}") from exc
