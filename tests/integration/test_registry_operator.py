@@ -271,3 +271,26 @@ def test_a_rollback_of_an_avro_query_compiles_the_kept_query_with_its_pinned_sch
     assert w.status()["plan"]["hash"] != first
     done = prepare(w.k, w.current(), compile_query=w.env.compile)
     assert done.target == first and done.new_hash == first  # the kept plan, schema and all
+
+
+def test_an_engine_upgrade_keeps_the_pinned_source_schema(world: World, schema_registry: Registry) -> None:
+    from sluice.operator.waves import roll_fleet
+
+    w = world
+    subject = avro_world(w, schema_registry)
+    w.add_query(**avro_spec(w))
+    reconcile_query(w.env, w.current())
+    status = w.status()
+    DriverSide(w.k.api, w.ns).take_over(status["plan"]["hash"], batches=5, engine=status["engine"]["digest"])
+    client(schema_registry).register_schema(subject, Schema(json.dumps(ORDER_V2), "AVRO"))
+    w.edit_cluster(sparkVersion="4.4.0")  # a new Spark line: the plan is compiled again, for it
+    cluster = w.k.get("QueryCluster", w.ns, "default")
+    assert cluster is not None
+    roll_fleet(w.env, cluster)
+    reconcile_query(w.env, w.current())
+    rollout = w.status()["rollout"]
+    cm = w.k.get("ConfigMap", w.ns, rollout["targetConfigMap"])
+    assert cm is not None
+    target = Plan.from_json(cm["data"]["plan.json"])
+    assert target.spark_version == "4.4.0"
+    assert pinned_source(target).version == 1  # not the subject's version 2: the user changed nothing

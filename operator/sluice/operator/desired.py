@@ -107,15 +107,21 @@ Resolver = Callable[[QuerySpec], Mapping[str, RegistrySchema]]
 
 def desired_plan(run: QueryRun, spec: StreamingQuerySpec, engs: Engines, policy: UpgradePolicy,
                  resolve: Resolver | None = None) -> Desired:
-    """The plan to run. Raises :class:`CompileError` only for a spec the user changed. A new plan pins
-    the latest schema of each avro source subject (``resolve``); a kept plan keeps the ones it pinned."""
+    """The plan to run. Raises :class:`CompileError` only for a spec the user changed. A plan of a query
+    the user changed pins the latest schema of each avro source subject (``resolve``); a kept plan, or
+    the plan of an unchanged query on a new engine, keeps the ones the pinned plan pinned."""
     query = spec.query()
     engine = engs.desired
     inputs = plan_inputs(query, engine.facts())
     pinned = run.records.plan
     if pinned is not None and pinned.inputs == inputs:
         return _kept(run, query, engine, pinned, inputs, policy)
-    schemas = resolve(query) if resolve is not None and source_subjects(query) else {}
+    schemas: Mapping[str, RegistrySchema] = {}
+    same_query = pinned is not None and pinned.inputs is not None and pinned.inputs.query == inputs.query
+    if source_subjects(query) and pinned is not None and same_query:
+        schemas = plan_source_schemas(load_plan(run, pinned.config_map))  # only the engine moved on
+    elif source_subjects(query) and resolve is not None:
+        schemas = resolve(query)
     plan = run.env.compile(query, target_of(engine, schemas))
     return Desired(plan, inputs, "cluster" if engs.changes else "spec")
 
