@@ -119,6 +119,12 @@ def test_the_sink_schema_is_registered_at_rollout_and_its_id_reaches_the_drivers
     reconcile_query(w.env, w.current())
     assert client(schema_registry).get_versions(f"{w.topic}-value") == [1]
     assert driver_env(w)["SLUICE_SINK_SCHEMA_ID"] == str(registered.schema_id)
+    # the QueryCluster's registry moves (here: another name of the same one): the drivers follow
+    moved = schema_registry.url.replace("127.0.0.1", "localhost")
+    w.edit_cluster(schemaRegistry={"url": moved})
+    reconcile_query(w.env, w.current())
+    assert driver_env(w)["SLUICE_SCHEMA_REGISTRY_URL"] == moved
+    assert driver_env(w)["SLUICE_SINK_SCHEMA_ID"] == str(registered.schema_id)
 
 
 def test_a_compatible_sink_change_rolls_and_an_incompatible_one_is_refused_with_the_registrys_reason(
@@ -148,6 +154,7 @@ def test_a_compatible_sink_change_rolls_and_an_incompatible_one_is_refused_with_
     reconcile_query(w.env, w.edit(sql=compatible))
     status = w.status()
     assert status["rollout"]["step"] == "Verifying"
+    assert next(c for c in status["conditions"] if c["type"] == "Degraded")["status"] == "False"
     assert client(schema_registry).get_versions(subject) == [1, 2]
     new_id = client(schema_registry).get_latest_version(subject).schema_id
     assert driver_env(w)["SLUICE_SINK_SCHEMA_ID"] == str(new_id)
