@@ -271,5 +271,13 @@ class TransactionalSink:
             except KafkaException:
                 log.exception("exactly-once sink: abort failed")
             raise
+        except Exception:
+            # the batch itself failed while its rows were read (a record that fails the query, an
+            # avro source's unknown schema id): nothing of it may stay in an open transaction
+            try:
+                producer.abort_transaction(30)
+            except KafkaException:
+                log.exception("exactly-once sink: abort failed")
+            raise
         self.last_committed = batch_id
         return True

@@ -120,11 +120,11 @@ def avro_plan(spec: str, *readers: RegistrySchema) -> Plan:
     return compile_query(parse_manifest(HEADER + "spec:\n" + spec).spec, target)
 
 
-def _run(spark: Any, plan: Plan, kafka: str, checkpoint: Path, avro: Any, **kw: Any) -> Any:
+def _run(spark: Any, plan: Plan, kafka: str, checkpoint: Path, avro: Any, query_id: str = "") -> Any:
     from sluice_runtime.pipeline import build_pipeline
 
-    pipe = build_pipeline(spark, plan, checkpoint=str(checkpoint), bootstrap=kafka, query_id=unique("q"),
-                          available_now=True, avro=avro, **kw)
+    pipe = build_pipeline(spark, plan, checkpoint=str(checkpoint), bootstrap=kafka,
+                          query_id=query_id or unique("q"), available_now=True, avro=avro)
     for q in pipe.all_queries():
         q.awaitTermination(300)
     if pipe.eos_sink is not None:
@@ -222,8 +222,33 @@ def test_malformed_records_go_to_the_dead_letter_topic_with_their_reason(
     }
 
 
-def test_unknown_schema_id_fails_naming_it_then_is_read_after_a_refetch(
+def test_the_fail_policy_names_the_record_and_its_reason(
         spark: Any, kafka: str, schema_registry: SchemaRegistry, tmp_path: Path) -> None:
+    from sluice_runtime.pipeline import build_pipeline
+
+    client = _client(schema_registry)
+    src, out = unique("orders"), unique("out")
+    create_topic(kafka, src)
+    reader = _register(client, f"{src}-value", ORDER_V1)
+    _produce_avro(kafka, client, src, ORDER_V1, _orders(3))
+    produce(kafka, src, [b"plain text"])
+    block = "      malformed: {policy: fail}"
+    plan = avro_plan(_spec(src, "SELECT order_id FROM orders", out, source_extra=block), reader)
+    pipe = build_pipeline(spark, plan, checkpoint=str(tmp_path / "f"), bootstrap=kafka, query_id=unique("q"),
+                          available_now=True, avro=_settings(schema_registry))
+    try:
+        with pytest.raises(Exception) as failed:
+            pipe.main.awaitTermination(300)
+    finally:
+        for q in pipe.all_queries():
+            q.stop()
+    assert (f"malformed record in topic {src} partition 0 offset 3 (policy fail): record value is not in "
+            "the Confluent wire format") in str(failed.value)
+
+
+@pytest.mark.parametrize("delivery", ["atLeastOnce", "exactlyOnce"])
+def test_unknown_schema_id_fails_naming_it_then_is_read_after_a_refetch(
+        spark: Any, kafka: str, schema_registry: SchemaRegistry, tmp_path: Path, delivery: str) -> None:
     from sluice_runtime import driver
     from sluice_runtime.pipeline import build_pipeline
 
@@ -233,10 +258,11 @@ def test_unknown_schema_id_fails_naming_it_then_is_read_after_a_refetch(
     create_topic(kafka, src)
     reader = _register(client, subject, ORDER_V1)
     _produce_avro(kafka, client, src, ORDER_V1, _orders(20))
-    plan = avro_plan(_spec(src, "SELECT order_id FROM orders", out), reader)
-    checkpoint = tmp_path / "e"
+    plan = avro_plan(_spec(src, "SELECT order_id FROM orders", out, sink_extra=f", delivery: {delivery}"),
+                     reader)
+    checkpoint, query_id = tmp_path / "e", unique("q")
     settings = _settings(schema_registry)
-    pipe = build_pipeline(spark, plan, checkpoint=str(checkpoint), bootstrap=kafka, query_id=unique("q"),
+    pipe = build_pipeline(spark, plan, checkpoint=str(checkpoint), bootstrap=kafka, query_id=query_id,
                           avro=settings)
     try:
         assert len(consume(kafka, out, expect=20, timeout=120)) == 20
@@ -254,8 +280,13 @@ def test_unknown_schema_id_fails_naming_it_then_is_read_after_a_refetch(
     finally:
         for q in pipe.all_queries():
             q.stop()
-    _run(spark, plan, kafka, checkpoint, renewed)  # the same checkpoint: from the failed batch
+        if pipe.eos_sink is not None:
+            pipe.eos_sink.close()
+    # the same checkpoint and query identity: the failed batch runs again
+    _run(spark, plan, kafka, checkpoint, renewed, query_id=query_id)
     ids = sorted(r["order_id"] for r in consume_json(kafka, out, expect=21))
+    if delivery == "exactlyOnce":  # the failed batch's transaction was aborted
+        assert ids == sorted(f"o{i}" for i in range(21))
     assert set(ids) == {f"o{i}" for i in range(21)}
 
 
