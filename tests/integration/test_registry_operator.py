@@ -90,6 +90,14 @@ def test_a_new_avro_query_pins_the_latest_schema_and_a_later_version_changes_not
     after = w.status()["plan"]
     assert after["hash"] == before["hash"] and "replan" not in after
     assert pinned_source(pinned_plan(w)).version == 1
+    # ... and the subject's new version is reported (once), not acted on
+    v2 = client(schema_registry).get_latest_version(subject)
+    assert w.status()["sourceSchemas"] == [{"subject": subject, "pinnedVersion": 1,
+                                            "pinnedId": latest.schema_id, "latestVersion": 2,
+                                            "latestId": v2.schema_id}]
+    assert w.reasons().count("SourceSchemaUpdated") == 1
+    reconcile_query(w.env, w.current())
+    assert w.reasons().count("SourceSchemaUpdated") == 1
 
     # an edit compiles a new plan, which pins the subject's latest version
     reconcile_query(w.env, w.edit(sql=SQL + " HAVING count(*) > 0"))

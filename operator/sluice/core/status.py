@@ -60,6 +60,8 @@ class EventReason(StrEnum):
     KAFKA_UNREACHABLE = "KafkaUnreachable"
     REGISTRY_UNREACHABLE = "RegistryUnreachable"
     SCHEMA_INCOMPATIBLE = "SchemaIncompatible"
+    #: an avro source subject gained a version the running plan does not read with (reported only)
+    SOURCE_SCHEMA_UPDATED = "SourceSchemaUpdated"
     TOPIC_CREATED = "TopicCreated"
     TOPIC_DELETED = "TopicDeleted"
     TOPIC_CLEANUP_FAILED = "TopicCleanupFailed"

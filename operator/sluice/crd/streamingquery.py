@@ -8,6 +8,7 @@ from pydantic import ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
 from sluice.core import records
+from sluice.core.formats.registry import SourceSchemaStatus
 from sluice.core.records import OutputStatus, PinnedPlan, UpgradeRecord, VersionRecord
 from sluice.core.spec import CleanupPolicy, QuerySpec, Sink, Trigger, UpgradePolicy
 from sluice.crd.base import CrdKind, CrdModel, Resources, StatusModel
@@ -220,6 +221,9 @@ class StreamingQueryStatus(StatusModel):
         "ones (what each created).")
     cleanup: CleanupStatus | None = Field(default=None, description="The clean-up of retired versions.")
     output: OutputStatus | None = Field(default=None, description="Where the live result is.")
+    source_schemas: list[SourceSchemaStatus] = Field(
+        default_factory=list, description="The running plan's avro source subjects: the version it pinned "
+        "and the subject's latest (a newer one is reported, not acted on: the next edit pins it).")
     purge: PurgeStatus | None = Field(
         default=None, description="Deletion with an object store: the deletion of its checkpoints.")
 

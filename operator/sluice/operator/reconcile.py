@@ -18,7 +18,9 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from sluice.core.compiler import source_subjects
 from sluice.core.errors import CompileError
+from sluice.core.formats.registry import SourceSchemaStatus
 from sluice.core.manifest import validation_problems
 from sluice.core.plan.model import RegistrySchema
 from sluice.core.rollout import Step, held_back
@@ -44,7 +46,13 @@ from sluice.operator.env import (
 )
 from sluice.operator.executor import advance
 from sluice.operator.kafka_admin import KafkaUnavailable, sink_topic_settings
-from sluice.operator.schemas import check_registry, latest_source_schemas, sink_schema_ids, uses_avro
+from sluice.operator.schemas import (
+    check_registry,
+    latest_source_schemas,
+    report_source_schemas,
+    sink_schema_ids,
+    uses_avro,
+)
 from sluice.operator.upgrade import pinned_context
 
 log = logging.getLogger("sluice.operator")
@@ -103,6 +111,7 @@ def reconcile_query(env: Env, body: dict[str, Any], retry: int = 0) -> str:
     base_updates: dict[str, Any] = {"cluster": seen.cluster_name, "lastCompileError": None}
     ready = advance(run, seen.ctx, seen.spec, seen.cluster, seen.desired, seen.engines, base_updates)
     base_updates.update(_pinned_records(run, seen.desired, seen.engines))
+    base_updates["sourceSchemas"] = _source_schemas(run, seen) or None
     problem = _standing_problem(run, seen, ready)
     run.write(base_updates, _facts(run, seen.spec, problem=problem, driver_ready=ready))
     phase = str(run.status.get("phase"))
@@ -213,6 +222,15 @@ def _with_sink_schemas(run: QueryRun, seen: Observed, retry: int) -> Observed:
     if not ids:
         return seen
     return dataclasses.replace(seen, ctx=dataclasses.replace(seen.ctx, sink_schema_ids=ids))
+
+
+def _source_schemas(run: QueryRun, seen: Observed) -> list[SourceSchemaStatus]:
+    """The report of the running plan's avro source subjects (its plan read once per process)."""
+    pinned = run.records.plan
+    if pinned is None or (not source_subjects(seen.spec.query()) and not run.status.get("sourceSchemas")):
+        return []
+    plan = seen.desired.plan if seen.desired.hash == pinned.hash else load_plan(run, pinned.config_map)
+    return report_source_schemas(run, seen.cluster, plan)
 
 
 def _standing_problem(run: QueryRun, seen: Observed, ready: bool) -> StatusProblem | None:

@@ -18,7 +18,15 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from sluice.core.compiler import source_subjects
-from sluice.core.formats.registry import incompatibility, registry_problems
+from sluice.core.compiler.registry import plan_source_schemas
+from sluice.core.formats.registry import (
+    SourceSchemaStatus,
+    describe_behind,
+    incompatibility,
+    newly_behind,
+    registry_problems,
+    source_schema_report,
+)
 from sluice.core.plan.model import Plan, RegistrySchema
 from sluice.core.spec import QuerySpec
 from sluice.core.status import EventReason, Reason
@@ -27,7 +35,7 @@ from sluice.crd.streamingquery import StreamingQuerySpec
 from sluice.operator.env import QueryRun, Retry, Stop, _problem, backoff
 from sluice.operator.registry import Registry, RegistryRefused, RegistryUnavailable
 
-__all__ = ["check_registry", "latest_source_schemas", "sink_schema_ids", "uses_avro"]
+__all__ = ["check_registry", "latest_source_schemas", "report_source_schemas", "sink_schema_ids", "uses_avro"]
 
 
 def uses_avro(plan: Plan) -> bool:
@@ -130,3 +138,24 @@ def _refuse_incompatible(run: QueryRun, spec: StreamingQuerySpec, cluster_name: 
         _problem(run, spec, Reason.SCHEMA_INCOMPATIBLE, refused, {"cluster": cluster_name},
                  EventReason.SCHEMA_INCOMPATIBLE)
         raise Stop(refused)
+
+
+def report_source_schemas(run: QueryRun, cluster: QueryClusterSpec,
+                          plan: Plan | None) -> list[SourceSchemaStatus]:
+    """``status.sourceSchemas`` of the running ``plan`` (best effort: a registry that does not answer
+    leaves the last report as it was); an event for each subject newly found ahead of the plan."""
+    pinned = plan_source_schemas(plan) if plan is not None else {}
+    before = [SourceSchemaStatus.model_validate(s) for s in run.status.get("sourceSchemas") or []]
+    if not pinned or cluster.schema_registry is None:
+        return []
+    latest: dict[str, RegistrySchema] = {}
+    try:
+        registry = run.env.registry(run.ns, cluster.schema_registry)
+        for subject in pinned:
+            latest[subject] = registry.latest(subject)
+    except (RegistryUnavailable, RegistryRefused):
+        return before
+    now = source_schema_report(pinned, latest)
+    for report in newly_behind(before, now):
+        run.event("Normal", EventReason.SOURCE_SCHEMA_UPDATED, describe_behind(report))
+    return now

@@ -82,3 +82,21 @@ def test_the_registrys_compatibility_answer_becomes_the_refusal_with_its_reason(
                                              "compatible with writer type: LONG at /fields/0/type"})
     assert apicurio is not None and apicurio.endswith("at /fields/0/type")
     assert "no reason given" in str(incompatibility("s", {"is_compatible": False}))
+
+
+def test_source_subjects_ahead_of_the_running_plan_are_reported_once() -> None:
+    from sluice.core.formats.registry import describe_behind, newly_behind, source_schema_report
+    from sluice.core.plan.model import RegistrySchema
+
+    def schema(version: int) -> RegistrySchema:
+        return RegistrySchema(subject="orders-value", schema_='"string"', id=version + 10, version=version)
+
+    same = source_schema_report({"orders-value": schema(1)}, {"orders-value": schema(1)})
+    assert [(s.pinned_version, s.latest_version, s.behind) for s in same] == [(1, 1, False)]
+    ahead = source_schema_report({"orders-value": schema(1)}, {"orders-value": schema(2)})
+    assert ahead[0].behind and ahead[0].for_storage() == {
+        "subject": "orders-value", "pinnedVersion": 1, "pinnedId": 11, "latestVersion": 2, "latestId": 12}
+    assert newly_behind(same, ahead) == ahead and newly_behind(ahead, ahead) == []
+    assert "has version 2 (id 12); the running plan reads with version 1 (id 11)" in describe_behind(ahead[0])
+    unknown = source_schema_report({"orders-value": schema(1)}, {})
+    assert not unknown[0].behind and unknown[0].latest_version is None

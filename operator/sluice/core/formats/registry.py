@@ -1,17 +1,22 @@
 """What the operator decides from a schema registry's answers (pure): whether the query may use avro
-at all (its QueryCluster names a registry), and whether a sink's new schema may replace the subject's
-latest version in place (the registry's compatibility answer, and its reason when it says no)."""
+at all (its QueryCluster names a registry), whether a sink's new schema may replace the subject's
+latest version in place (the registry's compatibility answer, and its reason when it says no), and
+the report of source subjects that gained versions since the running plan pinned them."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from pydantic import Field
+
 from sluice.core.errors import Problem
 from sluice.core.plan.model import Plan, RegistrySchema
+from sluice.core.records import StatusModel
 from sluice.core.spec import QuerySpec
 
-__all__ = ["admission_registry_check", "changed_sink_schema", "incompatibility", "registry_problems"]
+__all__ = ["SourceSchemaStatus", "admission_registry_check", "changed_sink_schema", "describe_behind",
+           "incompatibility", "newly_behind", "registry_problems", "source_schema_report"]
 
 
 def registry_problems(query: QuerySpec, cluster_name: str, has_registry: bool) -> list[Problem]:
@@ -54,3 +59,45 @@ def admission_registry_check(query: QuerySpec, plan: Plan, running: Plan | None,
     to the registry, answered with :func:`incompatibility`), or None."""
     schema = changed_sink_schema(plan, running) if query.sink.format == "avro" else None
     return sink_check(schema) if schema is not None and sink_check is not None else None
+
+
+class SourceSchemaStatus(StatusModel):
+    """An avro source subject of the running plan: the version the plan pinned, and the subject's
+    latest version when the operator last asked (a newer one is reported, never acted on: the next
+    edit of the query pins it)."""
+
+    subject: str = Field(description="The source's registry subject.")
+    pinned_version: int | None = Field(default=None, description="The version the running plan pinned.")
+    pinned_id: int | None = Field(default=None, description="Its schema id.")
+    latest_version: int | None = Field(default=None, description="The subject's latest version.")
+    latest_id: int | None = Field(default=None, description="Its schema id.")
+
+    @property
+    def behind(self) -> bool:
+        """Whether the subject has a version the running plan does not read with."""
+        return self.latest_id is not None and self.latest_id != self.pinned_id
+
+
+def source_schema_report(pinned: Mapping[str, RegistrySchema],
+                         latest: Mapping[str, RegistrySchema]) -> list[SourceSchemaStatus]:
+    """The running plan's avro source subjects (``pinned``, by subject) against the subjects' latest
+    versions (``latest``; a subject missing: not known now)."""
+    out = []
+    for subject, schema in sorted(pinned.items()):
+        now = latest.get(subject)
+        out.append(SourceSchemaStatus(subject=subject, pinned_version=schema.version, pinned_id=schema.id,
+                                      latest_version=now.version if now else None,
+                                      latest_id=now.id if now else None))
+    return out
+
+
+def newly_behind(before: list[SourceSchemaStatus], now: list[SourceSchemaStatus]) -> list[SourceSchemaStatus]:
+    """The subjects whose latest version the report did not know yet (one event each)."""
+    known = {(s.subject, s.latest_id) for s in before}
+    return [s for s in now if s.behind and (s.subject, s.latest_id) not in known]
+
+
+def describe_behind(report: SourceSchemaStatus) -> str:
+    return (f"source subject {report.subject!r} has version {report.latest_version} (id {report.latest_id}); "
+            f"the running plan reads with version {report.pinned_version} (id {report.pinned_id}) and keeps "
+            "it until the query is edited")
