@@ -229,7 +229,10 @@ def _source_schemas(run: QueryRun, seen: Observed) -> list[SourceSchemaStatus]:
     pinned = run.records.plan
     if pinned is None or (not source_subjects(seen.spec.query()) and not run.status.get("sourceSchemas")):
         return []
-    plan = seen.desired.plan if seen.desired.hash == pinned.hash else load_plan(run, pinned.config_map)
+    try:
+        plan = seen.desired.plan if seen.desired.hash == pinned.hash else load_plan(run, pinned.config_map)
+    except Retry:  # the pinned plan's ConfigMap is gone: the rollout reports that; the report stays
+        return [SourceSchemaStatus.model_validate(s) for s in run.status.get("sourceSchemas") or []]
     return report_source_schemas(run, seen.cluster, plan)
 
 
