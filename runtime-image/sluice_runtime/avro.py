@@ -11,7 +11,7 @@ registry once, when the pipeline is built (the driver never asks the registry on
 the value expression is a CASE over their ids (:func:`sluice_runtime.steps.source.tag_avro`). A
 record whose id the subject did not have then fails the batch with an error naming the id and the
 subject (:data:`UNKNOWN_SCHEMA_ID`); the driver fetches the subject anew and starts the query again
-on the same checkpoint (:func:`sluice_runtime.driver.renewed_avro`). A record that is not in the
+on the same checkpoint (:func:`sluice_runtime.pipeline.renewed_avro`). A record that is not in the
 wire format, or whose bytes do not decode, is malformed, with its reason
 (:data:`sluice_runtime.malformed.REASON`).
 
@@ -299,6 +299,13 @@ def startup_problems(plan: Plan, settings: AvroSettings) -> list[str]:
                 problems.append(f"{SINK_SCHEMA_ID_ENV} is not set: the avro sink of topic {step.topic} "
                                 "writes the id the operator registered its schema under")
     return problems
+
+
+def has_sources(plan: Plan) -> bool:
+    """Whether the plan reads an avro source."""
+    from sluice.core.plan.model import KafkaSourceV1
+
+    return any(isinstance(s, KafkaSourceV1) and s.format == "avro" for s in plan.steps)
 
 
 def is_unknown_schema_id(failure: BaseException | None) -> bool:

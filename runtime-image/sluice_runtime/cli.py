@@ -335,7 +335,7 @@ def _plan_hash_of(path: str) -> str:
 def execute(config: RunConfig) -> int:
     from sluice_runtime import compat, connector, driver, kafka_admin, reports
     from sluice_runtime.brokerlag import BrokerLag
-    from sluice_runtime.pipeline import build_pipeline
+    from sluice_runtime.pipeline import build_pipeline, renewed_avro
     from sluice_runtime.server import RuntimeState, parse_interval, readiness_bound, serve
     from sluice_runtime.session import create_spark, driver_sizing
     from sluice_runtime.steps.source import skipping_sources
@@ -433,7 +433,7 @@ def execute(config: RunConfig) -> int:
             end = driver.supervise(pipeline, state, drain_requested)
             # a record with a schema id its avro source's subject did not have at build: fetched
             # anew, the pipeline starts again on the same checkpoint (from the failed batch)
-            while (renewed := driver.renewed_avro(pipeline, end)) is not None:
+            while end == driver.FAILED and (renewed := renewed_avro(pipeline)) is not None:
                 log.warning("avro: a source subject has new schema ids; starting the query again")
                 driver.finish(pipeline, state, end)
                 end = driver.FAILED

@@ -40,8 +40,8 @@ from sluice.core.election import (
     Why,
 )
 
+from sluice_runtime import avro, epochs, reports
 from sluice_runtime import drain as drain_mod
-from sluice_runtime import epochs, reports
 from sluice_runtime.brokerlag import BrokerLag
 from sluice_runtime.cleanup import CheckpointCleaner
 from sluice_runtime.progress import ProgressTail
@@ -57,7 +57,6 @@ from sluice_runtime.takeover import (
 if TYPE_CHECKING:
     from sluice.core.plan.model import Plan
 
-    from sluice_runtime.avro import AvroSettings
     from sluice_runtime.config import RunConfig
     from sluice_runtime.elector import Elector
     from sluice_runtime.kubeapi import KubeApi
@@ -103,23 +102,6 @@ def _monitor(pipeline: Pipeline, state: RuntimeState, stop: threading.Event,
         except Exception as exc:  # never let the monitor die
             log.debug("monitor: %s", exc)
         stop.wait(1.0)
-
-
-def has_avro_sources(plan: Plan) -> bool:
-    from sluice.core.plan.model import KafkaSourceV1
-
-    return any(isinstance(s, KafkaSourceV1) and s.format == "avro" for s in plan.steps)
-
-
-def renewed_avro(pipeline: Pipeline, end: str) -> AvroSettings | None:
-    """After a term that failed on a schema id its avro source's subject did not have at build:
-    the settings with the subjects fetched anew, when they now have it (the caller starts the
-    pipeline again on the same checkpoint); None otherwise."""
-    from sluice_runtime import avro
-
-    if end != FAILED or not avro.is_unknown_schema_id(reports.query_failure(pipeline.all_queries())):
-        return None
-    return avro.refetched(pipeline.avro, pipeline.plan)
 
 
 def supervise(
@@ -426,7 +408,7 @@ def _term(config: RunConfig, prepared: Prepared, state: RuntimeState, drain_requ
 
 def _run_term(config: RunConfig, prepared: Prepared, state: RuntimeState, drain_requested: threading.Event,
               elector: Elector, api: KubeApi, pod: str, leadership: Any) -> tuple[str, int]:
-    from sluice_runtime.pipeline import start_pipeline, with_new_writer_schemas
+    from sluice_runtime.pipeline import renewed_after_failure, start_pipeline, with_new_writer_schemas
 
     state.role = "active"
     state.epoch = leadership.epoch
@@ -448,7 +430,7 @@ def _run_term(config: RunConfig, prepared: Prepared, state: RuntimeState, drain_
             # the first term of a replaced version: start where the previous version's output
             # ends (hand-off), or where the backfill starts
             prepared, before = _fresh_start(config, prepared, before)
-        if has_avro_sources(plan):  # a standby built earlier: the source subjects may have grown
+        if avro.has_sources(plan):  # a standby built earlier: the source subjects may have grown
             prepared = with_new_writer_schemas(prepared) or prepared
         meter = GapMeter(checkpoint, before, acquired_wall)
         gate = drain_mod.BatchGate(guard=elector.may_write)
@@ -499,6 +481,23 @@ def _run_term(config: RunConfig, prepared: Prepared, state: RuntimeState, drain_
     lag = BrokerLag(state.metrics, config.bootstrap, config.kafka).start()
     try:
         end = supervise(pipeline, state, drain_requested, elector, every_tick, progress)
+        # a record with a schema id its avro source's subject did not have at build: fetched anew,
+        # the query starts again on the term's checkpoint, the Lease held (the failed batch runs again)
+        while end == FAILED and (renewed := renewed_after_failure(prepared, pipeline)) is not None:
+            log.warning("active: a source subject has new schema ids; the query starts again")
+            stop_queries(pipeline, state, end)
+            if pipeline.eos_sink is not None:
+                pipeline.eos_sink.close()
+            prepared = renewed
+            try:
+                pipeline = start_pipeline(prepared, checkpoint=str(checkpoint), gate=gate,
+                                          available_now=config.available_now,
+                                          transactional_id=config.transactional_id)
+            except Exception as exc:
+                reports.report_exception(api, namespace, pod, plan, plan_hash, reports.ACTIVE, exc)
+                elector.release()
+                raise
+            end = supervise(pipeline, state, drain_requested, elector, every_tick, progress)
     finally:
         lag.stop()
     request = elector.handoff_request

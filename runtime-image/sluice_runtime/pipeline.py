@@ -219,6 +219,30 @@ def with_new_writer_schemas(prepared: Prepared) -> Prepared | None:
                     query_id=prepared.query_id)
 
 
+def failed_on_new_schema_id(pipeline: Pipeline) -> bool:
+    """Whether ``pipeline`` failed on a schema id its avro source's subject did not have at build."""
+    failure = pipeline.failure
+    for q in pipeline.all_queries():
+        try:
+            failure = failure or q.exception()
+        except Exception:  # a query Spark no longer knows
+            continue
+    return avro_mod.is_unknown_schema_id(failure)
+
+
+def renewed_avro(pipeline: Pipeline) -> AvroSettings | None:
+    """After :func:`failed_on_new_schema_id`: the settings with the subjects fetched anew, when they
+    have new ids now (the caller builds and starts the pipeline again on the same checkpoint)."""
+    if not failed_on_new_schema_id(pipeline):
+        return None
+    return avro_mod.refetched(pipeline.avro, pipeline.plan)
+
+
+def renewed_after_failure(prepared: Prepared, pipeline: Pipeline) -> Prepared | None:
+    """The same for a prepared pipeline: built again with the subjects fetched anew, or None."""
+    return with_new_writer_schemas(prepared) if failed_on_new_schema_id(pipeline) else None
+
+
 def build_pipeline(
     spark: SparkSession,
     plan: Plan,

@@ -249,8 +249,7 @@ def test_the_fail_policy_names_the_record_and_its_reason(
 @pytest.mark.parametrize("delivery", ["atLeastOnce", "exactlyOnce"])
 def test_unknown_schema_id_fails_naming_it_then_is_read_after_a_refetch(
         spark: Any, kafka: str, schema_registry: SchemaRegistry, tmp_path: Path, delivery: str) -> None:
-    from sluice_runtime import driver
-    from sluice_runtime.pipeline import build_pipeline
+    from sluice_runtime.pipeline import build_pipeline, renewed_avro
 
     client = _client(schema_registry)
     src, out = unique("orders"), unique("out")
@@ -275,7 +274,7 @@ def test_unknown_schema_id_fails_naming_it_then_is_read_after_a_refetch(
         failure = str(pipe.main.exception())
         assert "SLUICE_UNKNOWN_SCHEMA_ID" in failure
         assert f"carries schema id {newer.id}, which subject {subject} did not have" in failure
-        renewed = driver.renewed_avro(pipe, driver.FAILED)
+        renewed = renewed_avro(pipe)
         assert renewed is not None and newer.id in renewed.writers[subject]
     finally:
         for q in pipe.all_queries():
@@ -352,6 +351,83 @@ def test_process_reads_a_new_schema_id_after_fetching_the_subject_again(
         text = log.read_text()
         assert f"carries schema id {newer.id}, which subject {subject} did not have" in text
         assert "starting the query again" in text
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGTERM)
+        code = proc.wait(120)
+    assert code == 0, log.read_text()[-4000:]
+
+
+# -- an elected driver (a Lease on a real API server): the refetch while holding the Lease -------
+def _kubectl(kube: Any, namespace: str, *args: str, stdin: str | None = None) -> str:
+    result = subprocess.run([str(kube.bin_dir / "kubectl"), *args, "-n", namespace], input=stdin,
+                            capture_output=True, text=True, env=kube.env(), timeout=60, check=False)
+    assert result.returncode == 0, f"kubectl {' '.join(args)}: {result.stderr}"
+    return result.stdout
+
+
+def _lease_env(kube: Any, namespace: str, tmp: Path, pod: str) -> dict[str, str]:
+    """A service account with the driver's Lease and Pod rights (as the operator grants them), its
+    token, and the driver's election environment; ``pod`` exists (never scheduled) for its labels."""
+    from tests.support.kubetoken import ca_file
+
+    objects = [
+        {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "driver"}},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": {"name": "driver"},
+         "rules": [{"apiGroups": ["coordination.k8s.io"], "resources": ["leases"],
+                    "verbs": ["get", "list", "watch", "create", "update", "patch"]},
+                   {"apiGroups": [""], "resources": ["pods/status"], "verbs": ["patch"]}]},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding", "metadata": {"name": "driver"},
+         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "driver"},
+         "subjects": [{"kind": "ServiceAccount", "name": "driver", "namespace": namespace}]},
+        {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": pod},
+         "spec": {"containers": [{"name": "driver", "image": "sluice-runtime:test"}],
+                  "nodeSelector": {"sluice.dev/no-such-node": "true"}}},
+    ]
+    for obj in objects:
+        _kubectl(kube, namespace, "apply", "-f", "-", stdin=json.dumps(obj))
+    token = tmp / "token"
+    token.write_text(_kubectl(kube, namespace, "create", "token", "driver", "--duration", "1h").strip())
+    return {"SLUICE_KUBE_SERVER": kube.server, "SLUICE_KUBE_TOKEN_FILE": str(token),
+            "SLUICE_KUBE_CA_FILE": str(ca_file(kube, tmp)), "SLUICE_LEASE_NAME": "q-driver",
+            "SLUICE_LEASE_NAMESPACE": namespace, "SLUICE_LEASE_SECONDS": "5", "SLUICE_POD_NAME": pod}
+
+
+def test_elected_driver_reads_a_new_schema_id_without_giving_up_its_lease(
+        kube: Any, namespace: str, kafka: str, spark_jars: list[Path], schema_registry: SchemaRegistry,
+        tmp_path: Path) -> None:
+    client = _client(schema_registry)
+    src, out = unique("orders"), unique("out")
+    subject = f"{src}-value"
+    create_topic(kafka, src)
+    create_topic(kafka, out)
+    reader = _register(client, subject, ORDER_V1)
+    _produce_avro(kafka, client, src, ORDER_V1, _orders(10))
+    spec = _spec(src, "SELECT order_id FROM orders", out, sink_extra=", delivery: exactlyOnce")
+    plan = avro_plan(spec, reader)
+    env = {"SLUICE_SCHEMA_REGISTRY_URL": schema_registry.url,
+           **_lease_env(kube, namespace, tmp_path, "driver-0")}
+    proc, log = _process(tmp_path, plan, kafka, spark_jars, env)
+    try:
+        def wait_for(n: int) -> list[str]:
+            deadline = time.monotonic() + 240
+            while time.monotonic() < deadline:
+                assert proc.poll() is None, f"runtime exited ({proc.returncode}):\n{log.read_text()[-4000:]}"
+                ids = [r["order_id"] for r in consume_json(kafka, out, expect=0)]
+                if len(ids) >= n:
+                    return ids
+                time.sleep(1)
+            pytest.fail(f"{n} records did not appear:\n{log.read_text()[-4000:]}")
+
+        wait_for(10)
+        newer = _register(client, subject, ORDER_V2)
+        _produce_avro(kafka, client, src, ORDER_V2, _orders(5, start=10, coupon=True))
+        ids = wait_for(15)
+        assert sorted(ids) == sorted(f"o{i}" for i in range(15))  # exactly once, read_committed
+        text = log.read_text()
+        assert f"carries schema id {newer.id}, which subject {subject} did not have" in text
+        assert "active: a source subject has new schema ids; the query starts again" in text
+        assert "active: took over" in text and text.count("active: took over") == 1
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGTERM)
