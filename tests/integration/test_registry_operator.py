@@ -309,3 +309,21 @@ def test_an_engine_upgrade_keeps_the_pinned_source_schema(world: World, schema_r
     target = Plan.from_json(cm["data"]["plan.json"])
     assert target.spark_version == "4.4.0"
     assert pinned_source(target).version == 1  # not the subject's version 2: the user changed nothing
+
+
+def test_a_registry_that_never_answers_does_not_hold_the_webhook_past_its_timeout(webhook_env: World) -> None:
+    import socket
+    import time
+
+    w = webhook_env
+    with socket.socket() as silent:  # accepts connections (the backlog) and never answers
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(8)
+        w.edit_cluster(schemaRegistry={"url": f"http://127.0.0.1:{silent.getsockname()[1]}"})
+        new = {"apiVersion": "sluice.dev/v1alpha1", "kind": "StreamingQuery",
+               "metadata": {"name": "totals", "namespace": w.ns}, "spec": avro_spec(w)}
+        started = time.monotonic()
+        warnings = admit("CREATE", new)
+        took = time.monotonic() - started
+    assert any("not compiled here" in text and "ReadTimeout" in text for text in warnings), warnings
+    assert took < 5.0  # the API server waits 10 s (timeoutSeconds) for the whole answer

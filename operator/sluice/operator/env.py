@@ -39,6 +39,7 @@ from sluice.crd.streamingquery import StreamingQuerySpec, StreamingQueryStatus
 from sluice.operator.kafka_admin import TopicAdmin, admin_config
 from sluice.operator.kube import Kube
 from sluice.operator.metrics import OperatorMetrics, finished_outcome, metrics
+from sluice.operator.registry import TIMEOUT as REGISTRY_TIMEOUT
 from sluice.operator.registry import Registry, RegistryClient, read_registry_secrets
 
 log = logging.getLogger("sluice.operator")
@@ -81,8 +82,8 @@ class Env:
     #: plans read from their (immutable) ConfigMaps, by (namespace, name)
     plans: dict[tuple[str, str], Plan] = field(default_factory=dict)
     #: makes the client of a schema registry (url, basic-auth and CA secrets); a fake in tests
-    registry_factory: Callable[[str, dict[str, str]], Registry] = field(
-        default=lambda url, secrets: _registry(url, secrets))
+    registry_factory: Callable[[str, dict[str, str], float], Registry] = field(
+        default=lambda url, secrets, timeout: _registry(url, secrets, timeout))
     _registries: dict[str, Registry] = field(default_factory=dict)
 
     def compile(self, spec: Any, target: Any = None) -> Plan:
@@ -105,19 +106,21 @@ class Env:
         return admin
 
 
-    def registry(self, namespace: str, settings: SchemaRegistry) -> Registry:
+    def registry(self, namespace: str, settings: SchemaRegistry,
+                 timeout: float = REGISTRY_TIMEOUT) -> Registry:
         """The client of a QueryCluster's schema registry (``RegistryUnavailable`` when a Secret it
-        refers to lacks its key)."""
+        refers to lacks its key); ``timeout``: seconds a request may take (the admission webhook's
+        answer has to fit the API server's own timeout)."""
         secrets = read_registry_secrets(self.kube, namespace, settings)
-        key = f"{namespace}/{settings.url}/{sorted(secrets.items())!r}"
+        key = f"{namespace}/{settings.url}/{timeout}/{sorted(secrets.items())!r}"
         client = self._registries.get(key)
         if client is None:
-            client = self.registry_factory(settings.url, secrets)
+            client = self.registry_factory(settings.url, secrets, timeout)
             self._registries[key] = client
         return client
 
 
-def _registry(url: str, secrets: dict[str, str]) -> Registry:
+def _registry(url: str, secrets: dict[str, str], timeout: float) -> Registry:
     """A real registry client; a CA certificate goes to a file of its content's digest (the client
     reads a path)."""
     ca_file = None
@@ -127,7 +130,7 @@ def _registry(url: str, secrets: dict[str, str]) -> Registry:
         path.write_text(secrets["ca"])
         ca_file = str(path)
     return RegistryClient(url, username=secrets.get("username"), password=secrets.get("password"),
-                          ca_file=ca_file)
+                          ca_file=ca_file, timeout=timeout)
 
 
 def read_kafka_secrets(kube: Kube, namespace: str, cluster: QueryClusterSpec) -> dict[str, str]:

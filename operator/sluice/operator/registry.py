@@ -65,7 +65,8 @@ class RegistryClient:
     def __post_init__(self) -> None:
         from confluent_kafka.schema_registry import SchemaRegistryClient
 
-        conf: dict[str, Any] = {"url": self.url, "timeout": self.timeout, "max.retries": 1}
+        # no retries of its own: the reconcile retries with back-off, the webhook leaves it to the operator
+        conf: dict[str, Any] = {"url": self.url, "timeout": self.timeout, "max.retries": 0}
         if self.username is not None:
             conf["basic.auth.user.info"] = f"{self.username}:{self.password or ''}"
         if self.ca_file is not None:

@@ -92,6 +92,9 @@ def _review_query(operation: str, new: dict[str, Any], old: dict[str, Any] | Non
 
 
 SinkCheck = Callable[[RegistrySchema], "str | None"]
+#: seconds each of the webhook's (at most two) registry requests may take: its answer, Kubernetes
+#: reads included, has to come within the configuration's timeoutSeconds (10 by default)
+REGISTRY_TIMEOUT = 3.0
 
 
 def _registry_inputs(ns: str, new: dict[str, Any], cluster_spec: dict[str, Any] | None
@@ -106,7 +109,7 @@ def _registry_inputs(ns: str, new: dict[str, Any], cluster_spec: dict[str, Any] 
     if settings is None or (not source_subjects(query) and query.sink.format != "avro"):
         return None, None, None
     try:
-        registry = env().registry(ns, settings)
+        registry = env().registry(ns, settings, timeout=REGISTRY_TIMEOUT)
         schemas = {subject: registry.latest(subject) for subject in source_subjects(query)}
     except (RegistryUnavailable, RegistryRefused) as exc:
         return None, None, f"the schema registry at {settings.url}: {exc}"
