@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import base64
 import json
+import logging
 import ssl
 import struct
 import urllib.error
@@ -39,6 +40,8 @@ from typing import TYPE_CHECKING, Any, Final
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
     from sluice.core.plan.model import Plan, RegistrySchema
+
+log = logging.getLogger(__name__)
 
 REGISTRY_URL_ENV: Final = "SLUICE_SCHEMA_REGISTRY_URL"
 REGISTRY_USERNAME_ENV: Final = "SLUICE_SCHEMA_REGISTRY_USERNAME"
@@ -317,15 +320,20 @@ def is_unknown_schema_id(failure: BaseException | None) -> bool:
 
 def refetched(settings: AvroSettings, plan: Plan) -> AvroSettings | None:
     """Settings with the writer schemas of the plan's avro sources fetched anew, when a subject
-    has ids that ``settings`` did not have; None when none has (or there is no registry)."""
+    has ids that ``settings`` did not have; None when none has, when there is no registry, or when
+    it cannot be read (logged: the caller goes on with what it has)."""
     from sluice.core.plan.model import KafkaSourceV1
 
     if settings.registry is None:
         return None
     fresh = AvroSettings(registry=settings.registry, sink_schema_id=settings.sink_schema_id)
     grew = False
-    for step in plan.steps:
-        if isinstance(step, KafkaSourceV1) and step.format == "avro" and step.value_schema is not None:
-            before = set(settings.writers.get(step.value_schema.subject, {}))
-            grew |= bool(set(fresh.writer_schemas(step.value_schema)) - before - {step.value_schema.id})
+    try:
+        for step in plan.steps:
+            if isinstance(step, KafkaSourceV1) and step.format == "avro" and step.value_schema is not None:
+                before = set(settings.writers.get(step.value_schema.subject, {}))
+                grew |= bool(set(fresh.writer_schemas(step.value_schema)) - before - {step.value_schema.id})
+    except AvroConfigError as exc:
+        log.warning("avro: the source subjects could not be fetched again: %s", exc)
+        return None
     return fresh if grew else None

@@ -153,3 +153,19 @@ def test_an_https_registry_s_ca_comes_as_pem_text() -> None:
     registry = AvroSettings.from_env(env).registry
     assert registry is not None and registry.ca == pem.strip()
     assert "BEGIN CERTIFICATE" not in repr(registry)
+
+
+def test_a_registry_that_cannot_be_read_again_leaves_the_writer_schemas_as_they_are(
+        caplog: pytest.LogCaptureFixture) -> None:
+    import socket
+
+    with socket.socket() as s:  # a port nobody listens on: connection refused
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    settings = AvroSettings(registry=Registry(f"http://127.0.0.1:{port}", timeout=2),
+                            writers={"orders-value": {3: READER}})
+    with caplog.at_level("WARNING"):
+        assert avro.refetched(settings, _plan()) is None
+    assert "could not be fetched again" in caplog.text and f"127.0.0.1:{port}" in caplog.text
+    with pytest.raises(AvroConfigError, match=f"schema registry http://127.0.0.1:{port}: GET /subjects/"):
+        AvroSettings(registry=settings.registry).writer_schemas(_schema())
