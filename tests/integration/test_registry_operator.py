@@ -327,3 +327,25 @@ def test_a_registry_that_never_answers_does_not_hold_the_webhook_past_its_timeou
         took = time.monotonic() - started
     assert any("not compiled here" in text and "ReadTimeout" in text for text in warnings), warnings
     assert took < 5.0  # the API server waits 10 s (timeoutSeconds) for the whole answer
+
+
+def test_a_replace_with_backfill_registers_under_the_versioned_topics_subject(
+        world: World, schema_registry: Registry) -> None:
+    w = world
+    avro_world(w, schema_registry)
+    w.add_query(**avro_spec(w), upgrade={"replaceStrategy": "backfill"})
+    reconcile_query(w.env, w.current())
+    reconcile_query(w.env, w.current())
+    # a new grouping key (a replace) whose output the old subject would refuse (total: double -> string)
+    sql = "SELECT order_id, cast(sum(amount) AS string) AS total FROM orders GROUP BY order_id"
+    reconcile_query(w.env, w.edit(sql=sql, sink={"topic": w.topic, "format": "avro", "key": ["order_id"],
+                                                 "outputMode": "update"}))
+    status = w.status()
+    versioned = f"{w.topic}-v2"
+    assert status["rollout"]["step"] == "Backfilling" and status["rollout"]["outputTopic"] == versioned
+    assert client(schema_registry).get_versions(f"{w.topic}-value") == [1]
+    registered = client(schema_registry).get_latest_version(f"{versioned}-value")
+    [container] = w.deployment("backfill")["spec"]["template"]["spec"]["containers"]
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    assert env["SLUICE_SINK_SCHEMA_ID"] == str(registered.schema_id)
+    assert env["SLUICE_OUTPUT_TOPIC"] == versioned

@@ -359,7 +359,7 @@ def _rollout_of(run: QueryRun, ctx: QueryContext, deployed: Deployed, desired: D
                                     plan_hash=deployed.plan_hash, checkpoint=ident.checkpoint_path,
                                     consumer_group=ident.consumer_group,
                                     transactional_id=ident.transactional_id, output_topic=basis.output_topic)
-        output_topic = _replace_output_topic(basis, deployed.plan, plan, policy.replace_strategy)
+        output_topic = replace_output_topic(basis, deployed.plan, plan, policy.replace_strategy)
     rollout = classified_rollout(pinned=pinned.model_copy(update={"version": basis.plan_version}),
                                  target_hash=desired.hash,
                                  target_config_map=ctx.names.plan_config_map(desired.hash),
@@ -420,7 +420,7 @@ def _classify(run: QueryRun, ctx: QueryContext, spec: StreamingQuerySpec, cluste
     return _converge(run, deployed.ctx, deployed.plan_hash, deployed.config_map)
 
 
-def _replace_output_topic(basis: QueryContext, old: Plan, new: Plan, strategy: str) -> str | None:
+def replace_output_topic(basis: QueryContext, old: Plan, new: Plan, strategy: str) -> str | None:
     """The topic a replace's new version writes, when it is not its plan's sink topic: a backfill's
     versioned topic (unless the edit named a new sink topic); with hand-off, the topic the running
     version was moved to by a backfill before (unless the edit named a new one)."""

@@ -26,16 +26,21 @@ from sluice.core.formats.registry import (
     newly_behind,
     registry_problems,
     source_schema_report,
+    versioned_subject,
 )
 from sluice.core.plan.model import Plan, RegistrySchema
+from sluice.core.rollout import BACKFILL
 from sluice.core.spec import QuerySpec
 from sluice.core.status import EventReason, Reason
 from sluice.crd.querycluster import QueryClusterSpec
 from sluice.crd.streamingquery import StreamingQuerySpec
+from sluice.operator.builders.context import QueryContext
 from sluice.operator.env import QueryRun, Retry, Stop, _problem, backoff
+from sluice.operator.executor import replace_output_topic
 from sluice.operator.registry import Registry, RegistryRefused, RegistryUnavailable
 
-__all__ = ["check_registry", "latest_source_schemas", "report_source_schemas", "sink_schema_ids", "uses_avro"]
+__all__ = ["check_registry", "latest_source_schemas", "report_source_schemas", "sink_schema_ids", "uses_avro",
+           "version_subjects"]
 
 
 def uses_avro(plan: Plan) -> bool:
@@ -95,10 +100,12 @@ def latest_source_schemas(run: QueryRun, spec: StreamingQuerySpec, query: QueryS
 
 
 def sink_schema_ids(run: QueryRun, spec: StreamingQuerySpec, cluster: QueryClusterSpec, cluster_name: str,
-                    plans: Mapping[str, Plan], running: str | None, retry: int) -> dict[str, int | None]:
+                    plans: Mapping[str, Plan], running: str | None, retry: int,
+                    subjects: Mapping[str, str] | None = None) -> dict[str, int | None]:
     """For each plan (by hash) that uses avro: the id its avro sink schema has under its subject (None:
     its sink writes json). ``running``: the hash of the plan that runs (its schema is registered as it
-    is; another plan's schema that differs from it is checked for compatibility first)."""
+    is; another plan's schema that differs from it is checked for compatibility first). ``subjects``:
+    the subject of a plan whose version writes a topic of its own (``version_subjects``)."""
     avro_plans = {h: p for h, p in plans.items() if uses_avro(p)}
     if not avro_plans:
         return {}
@@ -108,12 +115,16 @@ def sink_schema_ids(run: QueryRun, spec: StreamingQuerySpec, cluster: QueryClust
     registry = _client(run, spec, cluster, cluster_name, retry)
     current = avro_plans.get(running or "")
     current_schema = current.sink.value_schema if current is not None else None
+    if current_schema is not None and subjects and running in subjects:
+        current_schema = current_schema.model_copy(update={"subject": subjects[running or ""]})
     ids: dict[str, int | None] = {}
     for plan_hash, plan in sorted(avro_plans.items(), key=lambda item: item[0] != running):
         schema = plan.sink.value_schema
         if schema is None:
             ids[plan_hash] = None
             continue
+        if subjects and plan_hash in subjects:
+            schema = schema.model_copy(update={"subject": subjects[plan_hash]})
         try:
             if plan_hash != running and schema != current_schema:
                 _refuse_incompatible(run, spec, cluster_name, registry, schema)
@@ -159,3 +170,29 @@ def report_source_schemas(run: QueryRun, cluster: QueryClusterSpec,
     for report in newly_behind(before, now):
         run.event("Normal", EventReason.SOURCE_SCHEMA_UPDATED, describe_behind(report))
     return now
+
+
+def version_subjects(run: QueryRun, spec: StreamingQuerySpec, cluster: QueryClusterSpec, ctx: QueryContext,
+                     plans: Mapping[str, Plan]) -> dict[str, str]:
+    """The subject of each plan whose version writes a topic of its own: the running version's (a
+    backfill moved it), the one a rollout in flight writes, or the one a replace with backfill of the
+    plan asked for will write (predicted as the executor decides it: the classifier says replace and the
+    policy backfill), so that its schema is checked and registered under that topic's subject, not
+    refused against the old topic's."""
+    pinned, rollout = run.records.plan, run.records.rollout
+    running = plans.get(pinned.hash) if pinned is not None else None
+    policy = spec.upgrade or cluster.upgrade
+    out: dict[str, str] = {}
+    for plan_hash, plan in plans.items():
+        topic: str | None = None
+        if pinned is not None and plan_hash == pinned.hash:
+            topic = pinned.output_topic
+        elif rollout is not None and rollout.target_hash == plan_hash:
+            topic = rollout.output_topic
+        elif running is not None and policy.allow_replace and policy.replace_strategy == BACKFILL:
+            if run.env.classify(running, plan, policy).decision == "replace":
+                topic = replace_output_topic(ctx, running, plan, BACKFILL)
+        subject = versioned_subject(plan, topic)
+        if subject is not None:
+            out[plan_hash] = subject
+    return out

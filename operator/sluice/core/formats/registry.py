@@ -13,10 +13,11 @@ from pydantic import Field
 from sluice.core.errors import Problem
 from sluice.core.plan.model import Plan, RegistrySchema
 from sluice.core.records import StatusModel
-from sluice.core.spec import QuerySpec
+from sluice.core.spec import QuerySpec, topic_subject
 
 __all__ = ["SourceSchemaStatus", "admission_registry_check", "changed_sink_schema", "describe_behind",
-           "incompatibility", "newly_behind", "registry_problems", "source_schema_report"]
+           "incompatibility", "newly_behind", "registry_problems", "source_schema_report",
+           "versioned_subject"]
 
 
 def registry_problems(query: QuerySpec, cluster_name: str, has_registry: bool) -> list[Problem]:
@@ -101,3 +102,15 @@ def describe_behind(report: SourceSchemaStatus) -> str:
     return (f"source subject {report.subject!r} has version {report.latest_version} (id {report.latest_id}); "
             f"the running plan reads with version {report.pinned_version} (id {report.pinned_id}) and keeps "
             "it until the query is edited")
+
+
+def versioned_subject(plan: Plan, topic: str | None) -> str | None:
+    """The subject a plan version's sink schema goes under when the version writes a topic of its own
+    (a replace with backfill: ``<sink>-v<N>``): that topic's ``<topic>-value``, unless the sink names its
+    subject (kept as named). None: the plan's own subject."""
+    schema = plan.sink.value_schema
+    if schema is None or not topic or topic == plan.sink.topic:
+        return None
+    if schema.subject != topic_subject(plan.sink.topic):
+        return None
+    return topic_subject(topic)
