@@ -316,6 +316,9 @@ def main() -> int:
             # the replacement to warm up, while the old driver keeps serving)
             try:
                 gap, runtime_gap = measure_event(p, watcher, ns, name, before, t0)
+            except AssertionError:
+                print(p.kubectl("get", "nodes,pods,leases", "-n", ns, "-o", "wide"), flush=True)
+                raise
             finally:
                 if kind in NODE_KINDS:
                     failover_nodes.power_on_node_2(p)
