@@ -33,7 +33,7 @@ from sluice.core.classify import classify
 from sluice.core.compiler import CompileTarget, compile_query, source_subjects
 from sluice.core.engine import query_digest
 from sluice.core.errors import CompileError
-from sluice.core.formats.registry import admission_registry_check, registry_problems
+from sluice.core.formats.registry import admission_registry_check, backfill_subject, registry_problems
 from sluice.core.manifest import validation_problems
 from sluice.core.naming import QueryIdentity
 from sluice.core.plan.model import Plan, RegistrySchema
@@ -229,7 +229,11 @@ def review_query(operation: str, new: Mapping[str, Any], old: Mapping[str, Any] 
     new_hash = plan.hash or plan.compute_hash()
     avro_sink = query.sink.format == "avro" and running_plan is not None and running_plan.text
     running = Plan.from_json(running_plan.text) if avro_sink and running_plan and running_plan.text else None
-    refused_sink = admission_registry_check(query, plan, running, sink_check)
+    base = basis({"status": status}) if running is not None else None
+    policy = own_policy or _cluster_policy(cluster_upgrade)
+    subject = (backfill_subject(plan, running, policy, _version_identity(new.get("metadata") or {},
+                                                                         base.version + 1)) if base else None)
+    refused_sink = admission_registry_check(query, plan, running, sink_check, subject)
     if refused_sink is not None:
         return deny(refused_sink)
 
@@ -244,7 +248,6 @@ def review_query(operation: str, new: Mapping[str, Any], old: Mapping[str, Any] 
                         f"{meta.get('namespace')!r}: the query waits for it (ClusterNotFound)")
     if operation != UPDATE or not status.get("plan") or same_inputs(models, old, query):
         return allow(*warnings)  # nothing runs yet, or this edit leaves the plan as it was
-    policy = own_policy or _cluster_policy(cluster_upgrade)
     return _upgrade(plan, new_hash, status, meta, policy, running_plan, unavailable, warnings)
 
 
@@ -313,16 +316,21 @@ def _reasons(reasons: list[str]) -> list[str]:
     return shown
 
 
+def _version_identity(meta: Mapping[str, Any], version: int) -> QueryIdentity:
+    """The identity of plan version ``version`` of the query, for its versioned topic (which derives
+    from the topic and the plan version alone)."""
+    return QueryIdentity(service_id="-", namespace=str(meta.get("namespace") or "-"),
+                         name=str(meta.get("name") or "-"), uid="", plan_version=version)
+
+
 def _replace_summary(category: str, new: Plan, old: Plan, base: Basis, meta: Mapping[str, Any],
                      policy: UpgradePolicy) -> str:
     """What a replace does: the strategy and the topic the new version writes (the operator's rule,
-    ``sluice.operator.executor._replace_output_topic``)."""
+    ``sluice.operator.executor.replace_output_topic``)."""
     version = base.version + 1
     running_topic = base.output_topic or old.sink.topic
     if policy.replace_strategy == BACKFILL:
-        # versioned topics derive from the topic and the plan version alone
-        identity = QueryIdentity(service_id="-", namespace=str(meta.get("namespace") or "-"),
-                                 name=str(meta.get("name") or "-"), uid="", plan_version=version)
+        identity = _version_identity(meta, version)
         topic = backfill_output_topic(new.sink.topic, old.sink.topic,
                                       identity.versioned_topic(new.sink.topic))
         return (f"{category} change: replace with backfill, output moves to topic {topic} "

@@ -80,3 +80,34 @@ def test_an_unchanged_sink_schema_is_not_asked_about() -> None:
                            sink_check=sink_check,
                            running_plan=RunningPlan(f"totals-plan-{digest[:12]}", plan.to_json()))
     assert verdict.allowed
+
+
+def test_a_replace_with_backfill_is_checked_against_the_versioned_topics_subject() -> None:
+    def grouped(sql: str, generation: int, **upgrade: Any) -> dict[str, Any]:
+        obj = query(sql, generation)
+        obj["spec"]["sink"] = {"topic": "out", "format": "avro", "outputMode": "update"}
+        obj["spec"]["upgrade"] = {"replaceStrategy": "backfill", **upgrade}
+        return obj
+
+    old = grouped("SELECT customer, sum(amount) AS total FROM orders GROUP BY customer", 1)
+    plan = compile_query(QuerySpec.model_validate({k: v for k, v in old["spec"].items() if k != "upgrade"}),
+                         CompileTarget(schemas=SCHEMAS))
+    old["status"] = {"plan": {"hash": plan.hash, "version": 1, "configMap": f"totals-plan-{plan.hash[:12]}"}}
+    running = RunningPlan(f"totals-plan-{plan.hash[:12]}", plan.to_json())
+    new = grouped("SELECT amount, count(*) AS n FROM orders GROUP BY amount", 2)  # a new grouping key
+    asked: list[str] = []
+
+    def sink_check(schema: RegistrySchema) -> str | None:
+        asked.append(schema.subject)
+        return "incompatible" if schema.subject == "out-value" else None
+
+    verdict = review_query("UPDATE", new, old, {}, models=MODELS, cluster=CLUSTER, schemas=SCHEMAS,
+                           sink_check=sink_check, running_plan=running)
+    assert verdict.allowed and asked == ["out-v2-value"]
+    assert any("replace with backfill, output moves to topic out-v2" in w for w in verdict.warnings)
+    # without replaces the same edit is checked against the topic's own subject, and refused
+    asked.clear()
+    no_replace = grouped(new["spec"]["sql"], 2, allowReplace=False)
+    refused = review_query("UPDATE", no_replace, old, {}, models=MODELS, cluster=CLUSTER, schemas=SCHEMAS,
+                           sink_check=sink_check, running_plan=running)
+    assert not refused.allowed and asked == ["out-value"]

@@ -10,12 +10,16 @@ from typing import Any
 
 from pydantic import Field
 
+from sluice.core.classify import classify
 from sluice.core.errors import Problem
+from sluice.core.naming import QueryIdentity
 from sluice.core.plan.model import Plan, RegistrySchema
 from sluice.core.records import StatusModel
-from sluice.core.spec import QuerySpec, topic_subject
+from sluice.core.replace import backfill_output_topic
+from sluice.core.spec import QuerySpec, UpgradePolicy, topic_subject
 
-__all__ = ["SourceSchemaStatus", "admission_registry_check", "changed_sink_schema", "describe_behind",
+__all__ = ["SourceSchemaStatus", "admission_registry_check", "backfill_subject", "changed_sink_schema",
+           "describe_behind",
            "incompatibility", "newly_behind", "registry_problems", "source_schema_report",
            "versioned_subject"]
 
@@ -55,11 +59,28 @@ def changed_sink_schema(plan: Plan, running: Plan | None) -> RegistrySchema | No
 
 
 def admission_registry_check(query: QuerySpec, plan: Plan, running: Plan | None,
-                             sink_check: Callable[[RegistrySchema], str | None] | None) -> str | None:
+                             sink_check: Callable[[RegistrySchema], str | None] | None,
+                             subject: str | None = None) -> str | None:
     """Why the admission webhook refuses ``plan``'s sink schema (``sink_check``: the kopf side's question
-    to the registry, answered with :func:`incompatibility`), or None."""
+    to the registry, answered with :func:`incompatibility`), or None. ``subject``: the subject of a
+    version that writes a topic of its own (:func:`backfill_subject`)."""
     schema = changed_sink_schema(plan, running) if query.sink.format == "avro" else None
+    if schema is not None and subject is not None:
+        schema = schema.model_copy(update={"subject": subject})
     return sink_check(schema) if schema is not None and sink_check is not None else None
+
+
+def backfill_subject(plan: Plan, running: Plan | None, policy: UpgradePolicy, identity: QueryIdentity
+                     ) -> str | None:
+    """The subject ``plan``'s sink schema goes under when the edit from ``running`` is carried out as a
+    replace with backfill onto a versioned topic (``identity``: the new version's, for its name), as
+    the operator decides it (``sluice.operator.schemas.version_subjects``); None otherwise."""
+    if running is None or not policy.allow_replace or policy.replace_strategy != "backfill":
+        return None
+    if classify(running, plan, policy).decision != "replace":
+        return None
+    versioned = identity.versioned_topic(plan.sink.topic)
+    return versioned_subject(plan, backfill_output_topic(plan.sink.topic, running.sink.topic, versioned))
 
 
 class SourceSchemaStatus(StatusModel):
