@@ -12,8 +12,7 @@ the value expression is a CASE over their ids (:func:`sluice_runtime.steps.sourc
 record whose id the subject did not have then fails the batch with an error naming the id and the
 subject (:data:`UNKNOWN_SCHEMA_ID`); the driver fetches the subject anew and starts the query again
 on the same checkpoint (:func:`sluice_runtime.pipeline.renewed_avro`). A record that is not in the
-wire format, or whose bytes do not decode, is malformed, with its reason
-(:data:`sluice_runtime.malformed.REASON`).
+wire format, or whose bytes do not decode, is malformed, with its reason (:func:`reason`).
 
 Encoding (``kafkaSinkV1``, ``format: avro``) is ``to_avro`` with the plan's sink schema, behind
 the header of the id the operator registered that schema under (``SLUICE_SINK_SCHEMA_ID``).

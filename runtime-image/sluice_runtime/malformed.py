@@ -3,8 +3,9 @@
 A record is malformed when its value is null, is not JSON, is not a JSON object, or has a field
 whose value does not convert to the declared type (``from_json`` in PERMISSIVE mode fills the
 corrupt-record column in all these cases). An Avro source tags its records the same way
-(:func:`sluice_runtime.steps.source.tag_avro`), with each malformed record's own reason in ``_sluice_reason``:
-null, not in the Confluent wire format, or not decodable with its writer schema.
+(:func:`sluice_runtime.steps.source.tag_avro`) and gives each malformed record its own reason (an
+expression evaluated for malformed records only): null, not in the Confluent wire format, or not
+decodable with its writer schema.
 
 Policies:
 
@@ -23,7 +24,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame
+    from pyspark.sql import Column, DataFrame
     from sluice.core.plan.model import FieldSpec
 
     from sluice_runtime.steps.base import BuildContext
@@ -31,8 +32,6 @@ if TYPE_CHECKING:
 PARSED = "_sluice_parsed"
 MALFORMED = "_sluice_malformed"
 CORRUPT = "_sluice_corrupt"
-#: a record's own reason for being malformed, when the tagging gives one (Avro sources)
-REASON = "_sluice_reason"
 OBSERVATION_PREFIX = "malformed-"
 
 
@@ -63,8 +62,10 @@ def parse(raw: DataFrame, columns: list[FieldSpec]) -> DataFrame:
     return df.withColumn(MALFORMED, bad)
 
 
-def apply_policy(tagged: DataFrame, policy: str, source_id: str, ctx: BuildContext | None) -> DataFrame:
-    """Count malformed records and keep only the good ones (or fail on the first bad one)."""
+def apply_policy(tagged: DataFrame, policy: str, source_id: str, ctx: BuildContext | None,
+                 reason: Column | None = None) -> DataFrame:
+    """Count malformed records and keep only the good ones (or fail on the first bad one, with
+    ``reason`` when the format gives one)."""
     from pyspark.sql import functions as F
 
     name = observation_name(source_id)
@@ -72,8 +73,8 @@ def apply_policy(tagged: DataFrame, policy: str, source_id: str, ctx: BuildConte
     if ctx is not None:
         ctx.observations[source_id] = name
     if policy == "fail":
-        why = (F.col(REASON) if REASON in tagged.columns
-               else F.lit("record value does not parse against the declared columns"))
+        default = F.lit("record value does not parse against the declared columns")
+        why = reason if reason is not None else default
         message = F.concat(
             F.lit("malformed record in topic "),
             F.col("topic"),
@@ -91,12 +92,14 @@ def apply_policy(tagged: DataFrame, policy: str, source_id: str, ctx: BuildConte
     return observed.filter(~F.col(MALFORMED))
 
 
-def dead_letter_frame(tagged: DataFrame, columns: list[FieldSpec] | None = None) -> DataFrame:
-    """The records to send to the dead-letter topic: raw bytes plus error and origin headers."""
+def dead_letter_frame(tagged: DataFrame, columns: list[FieldSpec] | None = None,
+                      reason: Column | None = None) -> DataFrame:
+    """The records to send to the dead-letter topic: raw bytes plus error (``reason`` when the
+    format gives one) and origin headers."""
     from pyspark.sql import functions as F
 
     err = error_text(columns) if columns else "record value does not parse against the declared columns"
-    why = F.col(REASON) if REASON in tagged.columns else F.lit(err)
+    why = reason if reason is not None else F.lit(err)
     headers = F.array(
         F.struct(F.lit("sluice.error").alias("key"), why.cast("binary").alias("value")),
         F.struct(F.lit("sluice.source.topic").alias("key"), F.col("topic").cast("binary").alias("value")),

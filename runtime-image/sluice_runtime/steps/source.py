@@ -20,7 +20,7 @@ from sluice_runtime.config import start_from_options
 from sluice_runtime.steps.base import BuildContext, DeadLetterRoute
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame
+    from pyspark.sql import Column, DataFrame
 
 
 def starting_options(step: KafkaSourceV1, ctx: BuildContext) -> dict[str, str]:
@@ -64,8 +64,8 @@ def read_kafka(step: KafkaSourceV1, ctx: BuildContext) -> DataFrame:
 
 def tag_avro(raw: DataFrame, schema: RegistrySchema, writers: Mapping[int, str]) -> DataFrame:
     """Kafka records tagged as :func:`sluice_runtime.malformed.parse` tags JSON ones: the decoded
-    struct in ``PARSED``, ``MALFORMED``, and the reason of a malformed one in ``REASON``. A record
-    with a schema id not in ``writers`` fails the batch (:func:`sluice_runtime.avro.unknown_id_error`)."""
+    struct in ``PARSED``, and ``MALFORMED``. A record with a schema id not in ``writers`` fails the
+    batch (:func:`sluice_runtime.avro.unknown_id_error`)."""
     from pyspark.sql import functions as F
 
     df = avro.wire_columns(raw).withColumn(malformed.PARSED, avro.decode(writers, schema.schema_))
@@ -73,29 +73,30 @@ def tag_avro(raw: DataFrame, schema: RegistrySchema, writers: Mapping[int, str])
     bad = (~F.col(avro.WIRE_OK) | F.col(malformed.PARSED).isNull()
            | F.col(f"{malformed.PARSED}.{avro.DECODED}").isNull())
     failed = avro.unknown_id_error(schema.subject, writers)
-    df = df.withColumn(malformed.MALFORMED, F.when(unknown, failed).otherwise(bad))
-    return df.withColumn(malformed.REASON, avro.reason(schema.subject, schema))
+    return df.withColumn(malformed.MALFORMED, F.when(unknown, failed).otherwise(bad))
 
 
-def tag(step: KafkaSourceV1, raw: DataFrame, ctx: BuildContext) -> DataFrame:
-    """The records tagged by their format (``_sluice_parsed``, ``_sluice_malformed``)."""
+def tag(step: KafkaSourceV1, raw: DataFrame, ctx: BuildContext) -> tuple[DataFrame, Column | None]:
+    """The records tagged by their format (``_sluice_parsed``, ``_sluice_malformed``), and a
+    malformed record's own reason when the format gives one (Avro)."""
     if step.format == "avro":
         if step.value_schema is None:
             raise avro.AvroConfigError(f"source {step.source}: format avro without a valueSchema in the plan")
-        return tag_avro(raw, step.value_schema, ctx.avro.writer_schemas(step.value_schema))
-    return malformed.parse(raw, step.columns)
+        tagged = tag_avro(raw, step.value_schema, ctx.avro.writer_schemas(step.value_schema))
+        return tagged, avro.reason(step.value_schema.subject, step.value_schema)
+    return malformed.parse(raw, step.columns), None
 
 
 def build(step: KafkaSourceV1, inputs: list[DataFrame], ctx: BuildContext) -> DataFrame:
     del inputs
     raw = read_kafka(step, ctx)
-    tagged = tag(step, raw, ctx)
+    tagged, reason = tag(step, raw, ctx)
     policy = step.malformed.policy
     if policy == "deadLetter":
         topic = step.malformed.topic or default_dead_letter_topic(ctx.plan.sink.topic)
-        frame = malformed.dead_letter_frame(tagged, step.columns)
+        frame = malformed.dead_letter_frame(tagged, step.columns, reason)
         ctx.dead_letters.append(DeadLetterRoute(source_id=step.id, frame=frame, topic=topic))
-    good = malformed.apply_policy(tagged, policy, step.id, ctx)
+    good = malformed.apply_policy(tagged, policy, step.id, ctx, reason)
     declared = {c.name: c.type for c in step.columns}
     cols = []
     for f in step.schema_:
