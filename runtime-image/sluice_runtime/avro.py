@@ -93,6 +93,29 @@ def parse_schema_id(text: str | None, variable: str = SINK_SCHEMA_ID_ENV) -> int
     return int(value)
 
 
+def _nullable(field_type: Any) -> bool:
+    return field_type == "null" or (isinstance(field_type, list) and "null" in field_type)
+
+
+def decoded_field(reader_schema: str) -> str:
+    """The field of a decoded value that is null only when the record did not decode: the reader's
+    first field that cannot be null (``from_avro`` in ``PERMISSIVE`` mode gives a row of nulls for a
+    record that does not decode), else :data:`DECODED`, which :func:`reader_for` then adds."""
+    schema = json.loads(reader_schema)
+    for f in schema.get("fields", []) if isinstance(schema, dict) else []:
+        if not _nullable(f.get("type")):
+            return str(f["name"])
+    return DECODED
+
+
+def reader_for(reader_schema: str) -> str:
+    """The reader schema ``from_avro`` is given: the pinned one, with :data:`DECODED` added when
+    every field of it can be null (:func:`decoded_field`)."""
+    if decoded_field(reader_schema) != DECODED:
+        return reader_schema
+    return reader_with_marker(reader_schema)
+
+
 def reader_with_marker(reader_schema: str) -> str:
     """The reader schema with :data:`DECODED` (boolean, default true) added to its record."""
     schema = json.loads(reader_schema)
@@ -223,15 +246,20 @@ def payload() -> Column:
 
 
 def decode(writers: Mapping[int, str], reader_schema: str) -> Column:
-    """The decoded value (a struct of the reader schema's fields and :data:`DECODED`): a CASE over
-    the writer schema ids; null for an id not among them or a value not in the wire format."""
+    """The decoded value (a struct of the reader schema's fields, and :data:`DECODED` when
+    :func:`reader_for` adds it): a CASE over the writer schema ids; null for an id not among them or
+    a value not in the wire format. A writer schema that is the reader schema is read without
+    schema resolution (the common case: records written with the pinned version)."""
     from pyspark.sql import functions as F
     from pyspark.sql.avro.functions import from_avro
 
-    options = {"avroSchema": reader_with_marker(reader_schema), "mode": "PERMISSIVE"}
+    reader = reader_for(reader_schema)
+    resolving = {"avroSchema": reader, "mode": "PERMISSIVE"}
     out: Column | None = None
     for schema_id in sorted(writers):
-        decoded = from_avro(payload(), writers[schema_id], options)
+        writer = writers[schema_id]
+        same = reader == reader_schema and json.loads(writer) == json.loads(reader_schema)
+        decoded = from_avro(payload(), writer, {"mode": "PERMISSIVE"} if same else resolving)
         condition = F.col(WIRE_OK) & (F.col(SCHEMA_ID) == F.lit(schema_id))
         out = F.when(condition, decoded) if out is None else out.when(condition, decoded)
     if out is None:

@@ -71,7 +71,7 @@ def tag_avro(raw: DataFrame, schema: RegistrySchema, writers: Mapping[int, str])
     df = avro.wire_columns(raw).withColumn(malformed.PARSED, avro.decode(writers, schema.schema_))
     unknown = F.col(avro.WIRE_OK) & ~F.col(avro.SCHEMA_ID).isin(sorted(writers))
     bad = (~F.col(avro.WIRE_OK) | F.col(malformed.PARSED).isNull()
-           | F.col(f"{malformed.PARSED}.{avro.DECODED}").isNull())
+           | F.col(f"{malformed.PARSED}.`{avro.decoded_field(schema.schema_)}`").isNull())
     failed = avro.unknown_id_error(schema.subject, writers)
     return df.withColumn(malformed.MALFORMED, F.when(unknown, failed).otherwise(bad))
 

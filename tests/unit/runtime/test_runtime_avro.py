@@ -169,3 +169,11 @@ def test_a_registry_that_cannot_be_read_again_leaves_the_writer_schemas_as_they_
     assert "could not be fetched again" in caplog.text and f"127.0.0.1:{port}" in caplog.text
     with pytest.raises(AvroConfigError, match=f"schema registry http://127.0.0.1:{port}: GET /subjects/"):
         AvroSettings(registry=settings.registry).writer_schemas(_schema())
+
+
+def test_a_record_that_did_not_decode_is_told_by_a_field_that_cannot_be_null() -> None:
+    nullable = json.dumps({"type": "record", "name": "R", "fields": [
+        {"name": "a", "type": ["null", "string"], "default": None}, {"name": "b", "type": "null"}]})
+    assert avro.decoded_field(READER) == "id" and avro.reader_for(READER) == READER
+    assert avro.decoded_field(nullable) == avro.DECODED
+    assert json.loads(avro.reader_for(nullable))["fields"][-1]["name"] == avro.DECODED
