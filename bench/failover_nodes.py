@@ -71,7 +71,12 @@ def active_on_node_2(p: Platform, ns: str, name: str, standbys: int) -> None:
             p.kubectl("delete", "pod", standby["metadata"]["name"], "-n", ns, "--wait=false")
             _wait(f"{name}'s standby on node 2", lambda: settled(p, ns, name, standbys) and any(
                 node_of(x) == NODE_2 for x in p.pods(ns, name)))
+        killed, restarts = active["metadata"]["name"], restart_count(active)
         p.signal(active, signal.SIGKILL)
+        # the killed driver's container back and warm (its pod may still look Ready for a moment)
+        _wait(f"{killed} restarted and warm as the standby", lambda: any(
+            x["metadata"]["name"] == killed and restart_count(x) > restarts and ready(x)
+            for x in p.pods(ns, name)))
     else:
         p.kubectl("cordon", NODE_1)
         try:
@@ -81,6 +86,11 @@ def active_on_node_2(p: Platform, ns: str, name: str, standbys: int) -> None:
             p.kubectl("uncordon", NODE_1)
     _wait(f"{name} active on node 2, settled", lambda: node_of(p.active(ns, name)) == NODE_2
           and settled(p, ns, name, standbys))
+
+
+def restart_count(pod: dict[str, Any]) -> int:
+    statuses = (pod.get("status") or {}).get("containerStatuses") or []
+    return int(statuses[0].get("restartCount", 0)) if statuses else 0
 
 
 def power_off_node_2(p: Platform) -> None:
