@@ -137,6 +137,14 @@ def latest_revenue(rows: list[dict[str, Any]]) -> dict[tuple[datetime, str], tup
     return {(r["minute"]["start"], r["customer"]): (r["n"], r["revenue"]) for r in rows}
 
 
+def ready(cluster: E2ECluster, ns: str, name: str) -> None:
+    try:
+        wait_ready(cluster, ns, name)
+    except AssertionError as exc:
+        events = cluster.kubectl("get", "events", "-n", ns, "--sort-by=.lastTimestamp", check=False)
+        raise AssertionError(f"{exc}\n{cluster.diagnostics(ns)}\n{events}") from None
+
+
 def subject_id(client: SchemaRegistryClient, subject: str) -> int:
     found = client.get_latest_version(subject).schema_id
     assert found is not None
@@ -163,7 +171,7 @@ def test_avro_in_and_out_through_driver_pods_with_a_subject_evolving_and_schema_
 
     cluster.apply(cluster_doc(ns, cluster.bootstrap, schemaRegistry={"url": registry_url}), revenue_doc,
                   items_doc(ITEMS_SQL))
-    wait_ready(cluster, ns, "revenue")
+    ready(cluster, ns, "revenue")
     out = AvroOutput(cluster.bootstrap, client, revenue)
     try:
         # 1. exact results, in the schema the operator registered under <sink>-value
@@ -195,7 +203,7 @@ def test_avro_in_and_out_through_driver_pods_with_a_subject_evolving_and_schema_
 
     # 3. the stateless query: an incompatible output change refused at apply with the registry's
     # reason, a compatible one carried out in place
-    wait_ready(cluster, ns, "items")
+    ready(cluster, ns, "items")
     items_pinned = (cluster.get("streamingquery", ns, "items") or {})["status"]["plan"]["hash"]
     refused = cluster.apply_result(items_doc("SELECT order_id, CAST(amount AS STRING) AS amount FROM orders"))
     assert refused.returncode != 0, refused.stdout
