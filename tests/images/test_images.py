@@ -200,7 +200,8 @@ def test_operator_image_is_the_charts_command_as_non_root(operator_bundle: Path)
     assert config["process"]["args"][:2] == ["sluice", "operator"]
     assert config["process"]["user"]["uid"] == RUN_AS_USER
     out = _ok(bundle.run_in_bundle(operator_bundle, [
-        "python", "-c", "import os, kopf, kubernetes, sluice.operator; print(os.getuid())"]))
+        "python", "-c", "import os, kopf, kubernetes, sluice.operator, confluent_kafka.schema_registry; "
+        "print(os.getuid())"]))
     assert out.strip() == str(RUN_AS_USER)
 
 
