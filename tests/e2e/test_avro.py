@@ -23,7 +23,7 @@ import json
 import os
 import struct
 from collections.abc import Iterator
-from datetime import UTC, datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 import pytest
@@ -36,22 +36,13 @@ from sluice_dev.platform import common
 from sluice_dev.platform import registry as component
 from test_queries import READY_TIMEOUT, cluster_doc, create_topics, query_doc, wait_ready
 
+from tests.support import avro_orders
+from tests.support.avro_orders import orders
+
 pytestmark = pytest.mark.e2e
 
 
-def _order(*extra: dict[str, Any]) -> str:
-    return json.dumps({"type": "record", "name": "Order", "namespace": "shop", "fields": [
-        {"name": "order_id", "type": "string"},
-        {"name": "customer", "type": "string"},
-        {"name": "amount", "type": "double"},
-        {"name": "ts", "type": {"type": "long", "logicalType": "timestamp-millis"}},
-        *extra,
-    ]})
-
-
-ORDER_V1 = _order()
-ORDER_V2 = _order({"name": "coupon", "type": ["null", "string"], "default": None})
-START = datetime(2026, 1, 1, 10, tzinfo=UTC)
+ORDER_V1, ORDER_V2 = json.dumps(avro_orders.ORDER_V1), json.dumps(avro_orders.ORDER_V2)
 REVENUE_SQL = ("SELECT window(ts, '1 minute') AS minute, customer, count(*) AS n, sum(amount) AS revenue "
                "FROM orders GROUP BY window(ts, '1 minute'), customer")
 ITEMS_SQL = "SELECT order_id, amount FROM orders"
@@ -76,17 +67,6 @@ def registry_url(cluster: E2ECluster, tmp_path_factory: pytest.TempPathFactory) 
         yield started.env["SLUICE_SCHEMA_REGISTRY_URL"]
     finally:
         component.stop(state)
-
-
-def orders(n: int, start: int = 0, coupon: bool = False) -> list[dict[str, Any]]:
-    out = []
-    for i in range(start, start + n):
-        rec: dict[str, Any] = {"order_id": f"o{i}", "customer": f"c{i % 4}", "amount": float(i % 17),
-                               "ts": START + timedelta(seconds=i)}
-        if coupon:
-            rec["coupon"] = f"k{i}"
-        out.append(rec)
-    return out
 
 
 def produce_avro(bootstrap: str, client: SchemaRegistryClient, topic: str, schema: str,

@@ -48,6 +48,16 @@ def avro_world(w: World, registry: Registry, url: str | None = None) -> str:
     return subject
 
 
+def running_avro_query(w: World, registry: Registry, **extra: Any) -> str:
+    """:func:`avro_world` and an avro query reconciled twice (its plan pinned, its sink schema
+    registered); the source subject."""
+    subject = avro_world(w, registry)
+    w.add_query(**avro_spec(w), **extra)
+    reconcile_query(w.env, w.current())
+    reconcile_query(w.env, w.current())
+    return subject
+
+
 def avro_spec(w: World, sql: str = SQL) -> dict[str, Any]:
     return {"sources": [{"name": "orders", "topic": f"orders-{w.ns}", "format": "avro"}], "sql": sql,
             "sink": {"topic": w.topic, "format": "avro", "key": ["customer"], "outputMode": "update"}}
@@ -112,10 +122,7 @@ def test_a_new_avro_query_pins_the_latest_schema_and_a_later_version_changes_not
 def test_the_sink_schema_is_registered_at_rollout_and_its_id_reaches_the_drivers(
         world: World, schema_registry: Registry) -> None:
     w = world
-    avro_world(w, schema_registry)
-    w.add_query(**avro_spec(w))
-    reconcile_query(w.env, w.current())
-    reconcile_query(w.env, w.current())
+    running_avro_query(w, schema_registry)
     sink = pinned_plan(w).sink
     assert sink.value_schema is not None and sink.value_schema.subject == f"{w.topic}-value"
     registered = client(schema_registry).get_latest_version(f"{w.topic}-value")
@@ -138,10 +145,7 @@ def test_the_sink_schema_is_registered_at_rollout_and_its_id_reaches_the_drivers
 def test_a_compatible_sink_change_rolls_and_an_incompatible_one_is_refused_with_the_registrys_reason(
         world: World, schema_registry: Registry) -> None:
     w = world
-    avro_world(w, schema_registry)
-    w.add_query(**avro_spec(w))
-    reconcile_query(w.env, w.current())
-    reconcile_query(w.env, w.current())
+    running_avro_query(w, schema_registry)
     subject = f"{w.topic}-value"
     running = w.status()["plan"]["hash"]
 
@@ -226,10 +230,7 @@ def test_the_webhook_reads_the_registry_and_refuses_an_incompatible_sink_change(
     import kopf
 
     w = webhook_env
-    avro_world(w, schema_registry)
-    w.add_query(**avro_spec(w))
-    reconcile_query(w.env, w.current())
-    reconcile_query(w.env, w.current())
+    running_avro_query(w, schema_registry)
     live = w.current()
 
     incompatible = json.loads(json.dumps(live))
@@ -275,10 +276,7 @@ def test_a_rollback_of_an_avro_query_compiles_the_kept_query_with_its_pinned_sch
     from sluice.operator.rollback_request import prepare
 
     w = world
-    avro_world(w, schema_registry)
-    w.add_query(**avro_spec(w))
-    reconcile_query(w.env, w.current())
-    reconcile_query(w.env, w.current())
+    running_avro_query(w, schema_registry)
     first = w.status()["plan"]["hash"]
     reconcile_query(w.env, w.edit(sql=SQL + " HAVING count(*) > 1"))
     DriverSide(w.k.api, w.ns).take_over(w.status()["rollout"]["targetHash"], batches=3)
@@ -332,10 +330,7 @@ def test_a_registry_that_never_answers_does_not_hold_the_webhook_past_its_timeou
 def test_a_replace_with_backfill_registers_under_the_versioned_topics_subject(
         world: World, schema_registry: Registry) -> None:
     w = world
-    avro_world(w, schema_registry)
-    w.add_query(**avro_spec(w), upgrade={"replaceStrategy": "backfill"})
-    reconcile_query(w.env, w.current())
-    reconcile_query(w.env, w.current())
+    running_avro_query(w, schema_registry, upgrade={"replaceStrategy": "backfill"})
     # a new grouping key (a replace) whose output the old subject would refuse (total: double -> string)
     sql = "SELECT order_id, cast(sum(amount) AS string) AS total FROM orders GROUP BY order_id"
     reconcile_query(w.env, w.edit(sql=sql, sink={"topic": w.topic, "format": "avro", "key": ["order_id"],

@@ -16,7 +16,7 @@ import struct
 import subprocess
 import sys
 import time
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +28,7 @@ from sluice.core.compiler import CompileTarget, compile_query
 from sluice.core.manifest import parse_manifest
 from sluice.core.plan.model import Plan, RegistrySchema
 
+from tests.support.avro_orders import ORDER_V1, ORDER_V2, orders
 from tests.support.registry_fixture import SchemaRegistry
 from tests.support.runtime import (
     HEADER,
@@ -42,20 +43,6 @@ from tests.support.runtime import (
 pytestmark = pytest.mark.integration
 
 
-def _record(*extra: dict[str, Any]) -> dict[str, Any]:
-    return {"type": "record", "name": "Order", "namespace": "shop", "fields": [
-        {"name": "order_id", "type": "string"},
-        {"name": "customer", "type": "string"},
-        {"name": "amount", "type": "double"},
-        {"name": "ts", "type": {"type": "long", "logicalType": "timestamp-millis"}},
-        *extra,
-    ]}
-
-
-ORDER_V1 = _record()
-#: v1 plus a field with a default: BACKWARD compatible, a newer writer schema for a v1 reader
-ORDER_V2 = _record({"name": "coupon", "type": ["null", "string"], "default": None})
-START = datetime(2026, 1, 1, 10, tzinfo=UTC)
 
 
 @pytest.fixture(scope="module")
@@ -73,17 +60,6 @@ def _register(client: SchemaRegistryClient, subject: str, schema: dict[str, Any]
     found = client.lookup_schema(subject, Schema(text, "AVRO"))
     return RegistrySchema.model_validate(
         {"subject": subject, "schema": text, "id": found.schema_id, "version": found.version})
-
-
-def _orders(n: int, start: int = 0, coupon: bool = False) -> list[dict[str, Any]]:
-    out = []
-    for i in range(start, start + n):
-        rec: dict[str, Any] = {"order_id": f"o{i}", "customer": f"c{i % 4}", "amount": float(i % 17),
-                               "ts": START + timedelta(seconds=i)}
-        if coupon:
-            rec["coupon"] = f"k{i}"
-        out.append(rec)
-    return out
 
 
 def _produce_avro(kafka: str, client: SchemaRegistryClient, topic: str, schema: dict[str, Any],
@@ -145,12 +121,12 @@ def test_windowed_aggregate_avro_in_avro_out_exact_both_deliveries_same_bytes(
     src = unique("orders")
     create_topic(kafka, src, partitions=2)
     reader = _register(client, f"{src}-value", ORDER_V1)
-    orders = _orders(300)  # 5 minutes of orders, 4 customers
-    _produce_avro(kafka, client, src, ORDER_V1, orders)
+    sent = orders(300)  # 5 minutes of orders, 4 customers
+    _produce_avro(kafka, client, src, ORDER_V1, sent)
     sql = ("SELECT window(ts, '1 minute') AS minute, customer, count(*) AS n, sum(amount) AS revenue "
            "FROM orders GROUP BY window(ts, '1 minute'), customer")
     expected: dict[tuple[datetime, str], tuple[datetime, int, float]] = {}
-    for o in orders:
+    for o in sent:
         start = o["ts"].replace(second=0)
         n, total = expected.get((start, o["customer"]), (start, 0, 0.0))[1:]
         expected[(start, o["customer"])] = (start + timedelta(minutes=1), n + 1, total + o["amount"])
@@ -186,13 +162,13 @@ def test_newer_compatible_writer_schema_is_read_with_the_pinned_reader(
     reader = _register(client, f"{src}-value", ORDER_V1)
     newer = _register(client, f"{src}-value", ORDER_V2)
     assert newer.id != reader.id and newer.version == (reader.version or 0) + 1
-    _produce_avro(kafka, client, src, ORDER_V1, _orders(40))
-    _produce_avro(kafka, client, src, ORDER_V2, _orders(40, start=40, coupon=True))
+    _produce_avro(kafka, client, src, ORDER_V1, orders(40))
+    _produce_avro(kafka, client, src, ORDER_V2, orders(40, start=40, coupon=True))
     plan = avro_plan(_spec(src, "SELECT order_id, amount, ts FROM orders", out), reader)
     _run(spark, plan, kafka, tmp_path / "c", _settings(schema_registry))
     rows = consume_json(kafka, out, expect=80)
     assert sorted((r["order_id"], r["amount"]) for r in rows) == sorted(
-        (o["order_id"], o["amount"]) for o in _orders(80))
+        (o["order_id"], o["amount"]) for o in orders(80))
     assert all(set(r) == {"order_id", "amount", "ts"} for r in rows)
 
 
@@ -202,7 +178,7 @@ def test_malformed_records_go_to_the_dead_letter_topic_with_their_reason(
     src, out, dlq = unique("orders"), unique("out"), unique("dlq")
     create_topic(kafka, src)
     reader = _register(client, f"{src}-value", ORDER_V1)
-    _produce_avro(kafka, client, src, ORDER_V1, _orders(10))
+    _produce_avro(kafka, client, src, ORDER_V1, orders(10))
     assert reader.id is not None
     bad = [b'{"order_id": "json"}', None, struct.pack(">bI", 0, reader.id) + b"\xff\xff\xff"]
     produce(kafka, src, bad)
@@ -230,7 +206,7 @@ def test_the_fail_policy_names_the_record_and_its_reason(
     src, out = unique("orders"), unique("out")
     create_topic(kafka, src)
     reader = _register(client, f"{src}-value", ORDER_V1)
-    _produce_avro(kafka, client, src, ORDER_V1, _orders(3))
+    _produce_avro(kafka, client, src, ORDER_V1, orders(3))
     produce(kafka, src, [b"plain text"])
     block = "      malformed: {policy: fail}"
     plan = avro_plan(_spec(src, "SELECT order_id FROM orders", out, source_extra=block), reader)
@@ -256,7 +232,7 @@ def test_unknown_schema_id_fails_naming_it_then_is_read_after_a_refetch(
     subject = f"{src}-value"
     create_topic(kafka, src)
     reader = _register(client, subject, ORDER_V1)
-    _produce_avro(kafka, client, src, ORDER_V1, _orders(20))
+    _produce_avro(kafka, client, src, ORDER_V1, orders(20))
     plan = avro_plan(_spec(src, "SELECT order_id FROM orders", out, sink_extra=f", delivery: {delivery}"),
                      reader)
     checkpoint, query_id = tmp_path / "e", unique("q")
@@ -266,7 +242,7 @@ def test_unknown_schema_id_fails_naming_it_then_is_read_after_a_refetch(
     try:
         assert len(consume(kafka, out, expect=20, timeout=120)) == 20
         newer = _register(client, subject, ORDER_V2)  # after the pipeline was built
-        _produce_avro(kafka, client, src, ORDER_V2, _orders(1, start=20, coupon=True))
+        _produce_avro(kafka, client, src, ORDER_V2, orders(1, start=20, coupon=True))
         deadline = time.monotonic() + 120
         while pipe.main.isActive and time.monotonic() < deadline:
             time.sleep(0.5)
@@ -325,7 +301,7 @@ def test_process_reads_a_new_schema_id_after_fetching_the_subject_again(
     create_topic(kafka, src)
     create_topic(kafka, out)
     reader = _register(client, subject, ORDER_V1)
-    _produce_avro(kafka, client, src, ORDER_V1, _orders(10))
+    _produce_avro(kafka, client, src, ORDER_V1, orders(10))
     sql = "SELECT order_id, amount FROM orders"
     plan = avro_plan(_spec(src, sql, out, sink_extra=", format: avro"), reader)
     assert plan.sink.value_schema is not None
@@ -345,7 +321,7 @@ def test_process_reads_a_new_schema_id_after_fetching_the_subject_again(
 
         wait_for(10)
         newer = _register(client, subject, ORDER_V2)
-        _produce_avro(kafka, client, src, ORDER_V2, _orders(5, start=10, coupon=True))
+        _produce_avro(kafka, client, src, ORDER_V2, orders(5, start=10, coupon=True))
         rows = wait_for(15)
         assert {r["order_id"] for r in rows} == {f"o{i}" for i in range(15)}
         text = log.read_text()
@@ -402,7 +378,7 @@ def test_elected_driver_reads_a_new_schema_id_without_giving_up_its_lease(
     create_topic(kafka, src)
     create_topic(kafka, out)
     reader = _register(client, subject, ORDER_V1)
-    _produce_avro(kafka, client, src, ORDER_V1, _orders(10))
+    _produce_avro(kafka, client, src, ORDER_V1, orders(10))
     spec = _spec(src, "SELECT order_id FROM orders", out, sink_extra=", delivery: exactlyOnce")
     plan = avro_plan(spec, reader)
     env = {"SLUICE_SCHEMA_REGISTRY_URL": schema_registry.url,
@@ -421,7 +397,7 @@ def test_elected_driver_reads_a_new_schema_id_without_giving_up_its_lease(
 
         wait_for(10)
         newer = _register(client, subject, ORDER_V2)
-        _produce_avro(kafka, client, src, ORDER_V2, _orders(5, start=10, coupon=True))
+        _produce_avro(kafka, client, src, ORDER_V2, orders(5, start=10, coupon=True))
         ids = wait_for(15)
         assert sorted(ids) == sorted(f"o{i}" for i in range(15))  # exactly once, read_committed
         text = log.read_text()
