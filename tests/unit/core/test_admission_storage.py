@@ -5,15 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from sluice.core.admission import (
-    SpecModels,
-    Verdict,
-    checkpoint_store,
-    node_loss,
-    review_cluster,
-    review_query,
-    storage_mode,
-)
+from sluice.core.admission import SpecModels, Verdict, review_cluster, review_query
+from sluice.core.storage_review import checkpoint_store, node_loss, storage_mode
 from sluice.crd.querycluster import QueryClusterSpec
 from sluice.crd.streamingquery import StreamingQuerySpec
 

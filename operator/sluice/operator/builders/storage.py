@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sluice.core import admission
+from sluice.core import storage_review
 from sluice.operator.builders.context import QueryContext
 
 
@@ -55,10 +55,10 @@ def executor_storage_problem(ctx: QueryContext, cluster_name: str) -> str | None
     to one node, so an executor scheduled elsewhere would wait for it for ever."""
     own = ctx.spec.resources is not None and ctx.spec.resources.executors is not None
     field = "spec.resources.executors" if own else f"spec.executors (QueryCluster {cluster_name!r})"
-    return admission.executor_claim_problem(field, ctx.executors, ctx.cluster.storage.mode)
+    return storage_review.executor_claim_problem(field, ctx.executors, ctx.cluster.storage.mode)
 
 
 def node_loss(ctx: QueryContext) -> tuple[bool, str]:
     """Whether a node loss leaves the query a driver on another node, and why (the status's
     ``NodeLossTolerant`` condition; the webhook warns in the same words)."""
-    return admission.node_loss(ctx.cluster.storage.mode, ctx.standby_replicas)
+    return storage_review.node_loss(ctx.cluster.storage.mode, ctx.standby_replicas)
