@@ -275,5 +275,7 @@ def test_the_lease_duration_of_the_cluster_reaches_the_lease_and_the_drivers() -
     assert "leaseSeconds" not in unset.canonical()
     assert QueryClusterSpec.model_validate(cluster_spec(lease={"durationSeconds": 30})).engine(
         "img").lease_seconds == 30
+    shortest = QueryClusterSpec.model_validate(cluster_spec(lease={"durationSeconds": 3}))
+    assert shortest.lease.duration_seconds == 3
     with pytest.raises(ValueError, match="durationSeconds"):
         QueryClusterSpec.model_validate(cluster_spec(lease={"durationSeconds": 2}))
