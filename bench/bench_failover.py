@@ -254,6 +254,8 @@ def main() -> int:
     parser.add_argument("--rate", type=float, default=20.0)
     parser.add_argument("--state-dir", type=Path, default=REPO / ".platform")
     parser.add_argument("--kinds", default=",".join(KINDS))
+    parser.add_argument("--node-lease", type=int, default=5,
+                        help="lease.durationSeconds of the node-loss queries (3 to 300)")
     args = parser.parse_args()
     kinds = [k for k in args.kinds.split(",") if k]
     unknown = set(kinds) - set(KINDS) - set(NODE_KINDS)
@@ -271,7 +273,7 @@ def main() -> int:
     if on_nodes:
         import failover_nodes
 
-        ns_nodes = failover_nodes.namespace(p)
+        ns_nodes = failover_nodes.namespace(p, args.node_lease)
         where.update({k: (ns_nodes, *failover_nodes.QUERIES[k]) for k in NODE_KINDS})
     queries = {(ns, name): standbys for k, (ns, name, standbys) in where.items() if k in kinds}
     watchers: dict[tuple[str, str], Watcher] = {}

@@ -1,7 +1,7 @@
 """The node-loss events of ``bench_failover.py``, on the platform's two nodes.
 
 Both queries keep their checkpoint in the platform's object store (so that their drivers may run on
-either node) and have a 5 s driver Lease:
+either node) and have a short driver Lease (``--node-lease``, 5 s by default):
 
 * ``node-standby``: ``standbyReplicas: 1``; before each event the active driver is moved to
   ``sluice-node-2`` and its standby to ``sluice-node`` (the standby deleted until the scheduler puts
@@ -40,12 +40,12 @@ def node_of(pod: dict[str, Any] | None) -> str | None:
     return None if pod is None else pod["spec"].get("nodeName")
 
 
-def namespace(p: Platform) -> str:
-    """A namespace whose QueryCluster keeps checkpoints in the object store, with a 5 s Lease."""
+def namespace(p: Platform, lease_seconds: int = LEASE_SECONDS) -> str:
+    """A namespace whose QueryCluster keeps checkpoints in the object store, with a short Lease."""
     ns = p.namespace("bench-nodeloss")
     object_store(p, ns, p.state_dir)
     p.kubectl("patch", "querycluster", "default", "-n", ns, "--type=merge", "-p",
-              json.dumps({"spec": {"lease": {"durationSeconds": LEASE_SECONDS}}}))
+              json.dumps({"spec": {"lease": {"durationSeconds": lease_seconds}}}))
     return ns
 
 
