@@ -276,14 +276,23 @@ def test_a_rollback_of_an_avro_query_compiles_the_kept_query_with_its_pinned_sch
     from sluice.operator.rollback_request import prepare
 
     w = world
-    running_avro_query(w, schema_registry)
+    subject = running_avro_query(w, schema_registry)
     first = w.status()["plan"]["hash"]
     reconcile_query(w.env, w.edit(sql=SQL + " HAVING count(*) > 1"))
     DriverSide(w.k.api, w.ns).take_over(w.status()["rollout"]["targetHash"], batches=3)
     reconcile_query(w.env, w.current())
     assert w.status()["plan"]["hash"] != first
+    # the subject gains a version meanwhile: going back still gives back the first plan
+    client(schema_registry).register_schema(subject, Schema(json.dumps(ORDER_V2), "AVRO"))
     done = prepare(w.k, w.current(), compile_query=w.env.compile)
     assert done.target == first and done.new_hash == first  # the kept plan, schema and all
+
+    # the spec patched back: the reconcile compiles it with the schema the first plan pinned
+    reconcile_query(w.env, w.edit(**done.patch))
+    assert w.status()["rollout"]["targetHash"] == first
+    cm = w.k.get("ConfigMap", w.ns, w.status()["rollout"]["targetConfigMap"])
+    assert cm is not None
+    assert pinned_source(Plan.from_json(cm["data"]["plan.json"])).version == 1
 
 
 def test_an_engine_upgrade_keeps_the_pinned_source_schema(world: World, schema_registry: Registry) -> None:

@@ -7,19 +7,20 @@ module reads the status, the QueryCluster and the pinned plan's ConfigMap, and c
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
 from sluice import __version__
 from sluice.core import pinning
 from sluice.core.compiler import CompileTarget, source_subjects
-from sluice.core.compiler.registry import plan_source_schemas
-from sluice.core.engine import plan_inputs
+from sluice.core.compiler.registry import KeptSchemas, kept_source_schemas, plan_source_schemas
+from sluice.core.engine import plan_inputs, query_digest
 from sluice.core.errors import CompileError
-from sluice.core.naming import PLAN_FILE
+from sluice.core.naming import PLAN_FILE, SPEC_FILE, QueryNames
 from sluice.core.plan.model import Plan, RegistrySchema
 from sluice.core.records import EngineRef, PinnedPlan, PlanInputs, Replan
+from sluice.core.rollback import known_hashes
 from sluice.core.spec import QuerySpec, UpgradePolicy
 from sluice.crd.engine import Engine
 from sluice.crd.querycluster import QueryClusterSpec
@@ -108,8 +109,9 @@ Resolver = Callable[[QuerySpec], Mapping[str, RegistrySchema]]
 def desired_plan(run: QueryRun, spec: StreamingQuerySpec, engs: Engines, policy: UpgradePolicy,
                  resolve: Resolver | None = None) -> Desired:
     """The plan to run. Raises :class:`CompileError` only for a spec the user changed. A plan of a query
-    the user changed pins the latest schema of each avro source subject (``resolve``); a kept plan, or
-    the plan of an unchanged query on a new engine, keeps the ones the pinned plan pinned."""
+    the user changed pins the latest schema of each avro source subject (``resolve``); a kept plan, the
+    plan of an unchanged query on a new engine, and the plan of a query a version ran before (a
+    rollback, an edit undone) keep the ones that plan pinned (``kept_source_schemas``)."""
     query = spec.query()
     engine = engs.desired
     inputs = plan_inputs(query, engine.facts())
@@ -117,13 +119,46 @@ def desired_plan(run: QueryRun, spec: StreamingQuerySpec, engs: Engines, policy:
     if pinned is not None and pinned.inputs == inputs:
         return _kept(run, query, engine, pinned, inputs, policy)
     schemas: Mapping[str, RegistrySchema] = {}
-    same_query = pinned is not None and pinned.inputs is not None and pinned.inputs.query == inputs.query
-    if source_subjects(query) and pinned is not None and same_query:
-        schemas = plan_source_schemas(load_plan(run, pinned.config_map))  # only the engine moved on
-    elif source_subjects(query) and resolve is not None:
-        schemas = resolve(query)
+    subjects = source_subjects(query)
+    if subjects:  # a query a plan ran before (only the engine moved on, a rollback): that plan's schemas
+        kept = kept_source_schemas(inputs.query, subjects, _kept_versions(run, pinned, inputs.query))
+        if kept is not None:
+            schemas = kept
+        elif resolve is not None:
+            schemas = resolve(query)
     plan = run.env.compile(query, target_of(engine, schemas))
     return Desired(plan, inputs, "cluster" if engs.changes else "spec")
+
+
+def _kept_versions(run: QueryRun, pinned: PinnedPlan | None, query: str) -> Iterator[KeptSchemas]:
+    """The plans the query ran before, read one at a time (the pinned one first, read only when its
+    query is ``query``; then each plan its status names whose ConfigMap is still there): the digest of
+    the query each was compiled from and the source schemas it pinned."""
+    seen: set[str] = set()
+    if pinned is not None:
+        seen.add(pinned.config_map)
+        if pinned.inputs is not None and pinned.inputs.query == query:  # only the engine moved on
+            yield KeptSchemas(pinned.inputs.query, plan_source_schemas(load_plan(run, pinned.config_map)))
+    records = run.records
+    names = QueryNames.for_query(run.name)
+    config_maps: list[str] = []
+    for plan_hash in known_hashes(records):  # the rollout's target early: read first while one is in flight
+        try:
+            config_maps.append(names.plan_config_map(plan_hash))
+        except ValueError:  # not a plan hash
+            continue
+    for name in [*config_maps, *(v.config_map for v in records.versions)]:
+        if name in seen:
+            continue
+        seen.add(name)
+        cm = run.env.kube.get("ConfigMap", run.ns, name)
+        data = (cm or {}).get("data") or {}
+        try:
+            digest = query_digest(QuerySpec.model_validate_json(data[SPEC_FILE]))
+            plan = Plan.from_json(data[PLAN_FILE])
+        except (KeyError, ValueError):  # gone, or kept by an operator that did not keep the spec
+            continue
+        yield KeptSchemas(digest, plan_source_schemas(plan))
 
 
 def _kept(run: QueryRun, query: QuerySpec, engine: Engine, pinned: PinnedPlan,

@@ -1,8 +1,9 @@
 """The schema registry in the reconcile (avro sources and sinks, issue 30).
 
-* Before a NEW plan is compiled, each avro source subject's latest version is fetched and passed to
-  the compiler, which pins it (``latest_source_schemas``); a plan that stays pinned is compiled again
-  with the schemas it pinned (``sluice.core.compiler.registry.plan_source_schemas``), never with a
+* Before a plan of a NEW query is compiled, each avro source subject's latest version is fetched and
+  passed to the compiler, which pins it (``latest_source_schemas``); a plan that stays pinned, and the
+  plan of a query a plan ran before (a rollback), are compiled with the schemas that plan pinned
+  (``sluice.core.compiler.registry.kept_source_schemas``, ``sluice.operator.desired``), never with a
   subject's later versions.
 * Before the workload is converged, the avro sink schema of the plan asked for, and of the plan that
   runs, is registered under its subject (idempotent: the same schema keeps its id), and the ids go to

@@ -11,7 +11,8 @@ and pinned by content; its id is the registry's answer when the operator registe
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
 
 from sluice.core.errors import Problem
 from sluice.core.formats import avro, avro_out
@@ -19,7 +20,8 @@ from sluice.core.plan.model import FieldSpec, KafkaSourceV1, Plan, RegistrySchem
 from sluice.core.spec import Column, QuerySpec, Source
 from sluice.core.types import TypeParseError, normalize_type
 
-__all__ = ["Resolved", "plan_source_schemas", "resolve_sources", "sink_schema", "source_subjects"]
+__all__ = ["KeptSchemas", "Resolved", "kept_source_schemas", "plan_source_schemas", "resolve_sources",
+           "sink_schema", "source_subjects"]
 
 
 class Resolved:
@@ -130,3 +132,29 @@ def plan_source_schemas(plan: Plan) -> dict[str, RegistrySchema]:
     again while the plan stays pinned (a subject's later versions never reach it)."""
     return {step.value_schema.subject: step.value_schema for step in plan.steps
             if isinstance(step, KafkaSourceV1) and step.value_schema is not None}
+
+
+@dataclass(frozen=True)
+class KeptSchemas:
+    """A plan the query ran before (the pinned one, a kept version, one of the upgrade history): the
+    digest of the query it was compiled from (``sluice.core.engine.query_digest``; None: not known) and
+    the source schemas it pinned (``plan_source_schemas``)."""
+
+    query: str | None
+    schemas: Mapping[str, RegistrySchema] = field(default_factory=dict)
+
+
+def kept_source_schemas(query: str, subjects: Iterable[str],
+                        kept: Iterable[KeptSchemas]) -> dict[str, RegistrySchema] | None:
+    """The source schemas a compile of the query with digest ``query`` (avro source ``subjects``) uses
+    when that query is one a plan ran before: that plan's pinned schemas (the first of ``kept`` whose
+    query is the same and that pinned every subject), so that going back to a query (a rollback, an
+    edit undone) gives back the same plan and hash whatever versions its subjects gained since. None:
+    a query no plan ran, compiled with each subject's latest version (the operator asks the registry)."""
+    wanted = list(subjects)
+    if not wanted:
+        return {}
+    for version in kept:
+        if version.query == query and all(s in version.schemas for s in wanted):
+            return {s: version.schemas[s] for s in wanted}
+    return None
