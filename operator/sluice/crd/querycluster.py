@@ -68,8 +68,8 @@ class LeaseSettings(CrdModel):
 
     duration_seconds: int | None = Field(
         default=None, ge=3, le=300,
-        description="leaseDurationSeconds of each query's driver Lease (absent: 10; 3 to 300). A standby takes "
-        "over a holder that stopped renewing this long after it last saw a renewal; a holder whose "
+        description="leaseDurationSeconds of each query's driver Lease (absent: 10; 3 to 300). A standby "
+        "takes over a holder that stopped renewing this long after it last saw a renewal; a holder whose "
         "process is gone is taken over at once, whatever the duration. The holder renews every fifth "
         "of it and, with an at-least-once output, stops writing 1.5 s before it could be seen as "
         "expired. With an exactly-once output the holder writes on through an API server outage "
