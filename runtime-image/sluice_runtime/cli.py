@@ -333,7 +333,7 @@ def _plan_hash_of(path: str) -> str:
 
 
 def execute(config: RunConfig) -> int:
-    from sluice_runtime import compat, connector, driver, kafka_admin, reports
+    from sluice_runtime import compat, connector, driver, kafka_admin, priority, reports
     from sluice_runtime.brokerlag import BrokerLag
     from sluice_runtime.pipeline import build_pipeline, renewed_avro
     from sluice_runtime.server import RuntimeState, parse_interval, readiness_bound, serve
@@ -379,7 +379,7 @@ def execute(config: RunConfig) -> int:
     if config.lease_name:  # one of several drivers: never "active" before it holds the Lease
         state.role = "warming"
         state.identity = driver.identity_for(config.pod_name or "")
-        driver.lower_priority()  # before the JVM starts: it inherits the standby's priority
+        priority.lower_priority()  # before the JVM starts: it inherits the standby's priority
     server = serve(state, config.http_addr) if config.http_addr else None
 
     def on_signal(signum: int, frame: Any) -> None:

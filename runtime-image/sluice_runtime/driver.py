@@ -44,6 +44,7 @@ from sluice_runtime import avro, epochs, reports
 from sluice_runtime import drain as drain_mod
 from sluice_runtime.brokerlag import BrokerLag
 from sluice_runtime.cleanup import CheckpointCleaner
+from sluice_runtime.priority import STANDBY_NICE, own_pids, set_priority
 from sluice_runtime.progress import ProgressTail
 from sluice_runtime.startpoint import StartRefused, prepare_start
 from sluice_runtime.takeover import (
@@ -196,44 +197,6 @@ def finish(pipeline: Pipeline, state: RuntimeState, end: str) -> int:
 # -- election ------------------------------------------------------------------------------
 
 
-#: how much lower a standby runs than the active driver (``nice``): a standby warming up after a
-#: restart must not slow the active driver's batches where pods share CPU without cgroups (a
-#: container's threads all live in the pod's cgroup, where this changes nothing)
-STANDBY_NICE = 10
-
-
-def lower_priority() -> None:
-    """Run this process (and the JVM it starts later, which inherits it) as background work."""
-    try:
-        os.nice(STANDBY_NICE)
-    except OSError as exc:
-        log.debug("cannot lower priority: %s", exc)
-
-
-def set_priority(pids: list[int], nice: int) -> int:
-    """``nice`` for every thread of ``pids`` (this process and Spark's JVM); returns how many
-    threads took it (raising priority back to 0 needs CAP_SYS_NICE: where it is not permitted the
-    driver keeps running, at the standby's priority)."""
-    changed = 0
-    for pid in pids:
-        try:
-            tids = [int(t) for t in os.listdir(f"/proc/{pid}/task")]
-        except OSError:
-            continue
-        for tid in tids:
-            try:
-                os.setpriority(os.PRIO_PROCESS, tid, nice)
-                changed += 1
-            except OSError:
-                pass
-    return changed
-
-
-def _own_pids(spark: Any) -> list[int]:
-    proc = getattr(getattr(spark.sparkContext, "_gateway", None), "proc", None)
-    return [os.getpid(), *([int(proc.pid)] if proc is not None else [])]
-
-
 def set_pod_role(api: KubeApi | None, namespace: str, pod: str, role: str) -> None:
     """Label this driver's pod with its role (best effort: the Lease is the truth)."""
     if api is None or not pod:
@@ -352,11 +315,11 @@ def run_elected(
                 return 0
             for thread in warming:
                 thread.join(10)
-            log.debug("active: %s threads at normal priority", set_priority(_own_pids(spark), 0))
+            log.debug("active: %s threads at normal priority", set_priority(own_pids(spark), 0))
             end, code = _term(config, prepared, state, drain_requested, elector, api, pod, leadership)
             warmed = True  # it ran the plan as the active driver
             if end == LOST:
-                set_priority(_own_pids(spark), STANDBY_NICE)
+                set_priority(own_pids(spark), STANDBY_NICE)
             if end in (HANDOFF, LOST):  # a hand-off lowered it before stopping its queries
                 continue
             if end == DRAIN:
@@ -525,7 +488,7 @@ def _run_term(config: RunConfig, prepared: Prepared, state: RuntimeState, drain_
         state.health.active = False
         if end == HANDOFF or not config.master.startswith("local"):
             log.info("released: stopping the queries held at the gate")
-            set_priority(_own_pids(prepared.ctx.spark), STANDBY_NICE)
+            set_priority(own_pids(prepared.ctx.spark), STANDBY_NICE)
             stop_queries(pipeline, state, end)
         else:
             log.info("released: the queries stay held at the gate until the process ends")

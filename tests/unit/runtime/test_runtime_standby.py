@@ -204,7 +204,7 @@ def test_a_standby_runs_below_the_active_driver_and_takes_normal_priority_back()
     import subprocess
     import sys
 
-    from sluice_runtime.driver import STANDBY_NICE, set_priority
+    from sluice_runtime.priority import STANDBY_NICE, set_priority
 
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
     try:
