@@ -197,7 +197,9 @@ def test_a_cluster_change_rolls_queries_in_waves_and_a_failed_gate_halts_it(
         assert a["engine"]["digest"] == stable["a"]["engine"]["digest"]
         b = status(cluster, ns, "b")
         assert b["lastUpgrade"] == stable["b"]["lastUpgrade"] and b["plan"] == stable["b"]["plan"], b
-        assert "halted" in b["engine"]["waiting"], b["engine"]
+        # the cluster pokes b once it has halted; b says so on its own next reconcile
+        cluster.wait_for("b says the rollout it waits for is halted", lambda: "halted" in (
+            status(cluster, ns, "b").get("engine") or {}).get("waiting", ""), 60)
         assert events(cluster, ns, "RolloutHalted")
         old_engine = stable["a"]["engine"]["digest"]
         cluster.wait_for("a's stable plan active again", lambda: (
