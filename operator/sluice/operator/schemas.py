@@ -46,7 +46,8 @@ __all__ = ["check_registry", "latest_source_schemas", "report_source_schemas", "
 
 def uses_avro(plan: Plan) -> bool:
     """Whether a plan reads or writes avro (its drivers need the registry)."""
-    return any(getattr(step, "format", "json") == "avro" for step in plan.steps)
+    return any("avro" in (getattr(step, "format", "json"), getattr(step, "key_format", None))
+               for step in plan.steps)
 
 
 def check_registry(run: QueryRun, spec: StreamingQuerySpec, cluster: QueryClusterSpec,

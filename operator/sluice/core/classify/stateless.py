@@ -126,10 +126,12 @@ def _source_topic(ctx: Ctx, old: Any, new: Any) -> None:
         )
 
 
-def _source_columns(ctx: Ctx, old: Any, new: Any) -> None:
-    """Columns added, removed or retyped, in the old order and then the order of the new ones."""
-    ocols = {c.name: c.type for c in old.columns}
-    ncols = {c.name: c.type for c in new.columns}
+def _source_columns(ctx: Ctx, old: Any, new: Any, key: bool = False) -> None:
+    """Columns added, removed or retyped, in the old order and then the order of the new ones (``key``:
+    the key's columns, of a key format that did not change)."""
+    ocols = {c.name: c.type for c in (old.key_columns or [] if key else old.columns)}
+    ncols = {c.name: c.type for c in (new.key_columns or [] if key else new.columns)}
+    label, at = ("key column", "keyColumns") if key else ("column", "columns")
     for name in list(ocols) + [n for n in ncols if n not in ocols]:
         a, b = ocols.get(name), ncols.get(name)
         if a == b:
@@ -144,10 +146,10 @@ def _source_columns(ctx: Ctx, old: Any, new: Any) -> None:
         ctx.add(
             "data-selection",
             new.id,
-            f"columns.{name}",
+            f"{at}.{name}",
             a,
             b,
-            f"Step {new.id}: source column {fmt(name)} {what}; records are parsed with the new schema "
+            f"Step {new.id}: source {label} {fmt(name)} {what}; records are parsed with the new schema "
             f"from now on (operators whose state depends on this column are reported separately). "
             f"{IN_PLACE_ROWS}",
         )
@@ -205,8 +207,43 @@ def _reader_schema(ctx: Ctx, old: Any, new: Any) -> set[str]:
     return {"value_schema"}
 
 
+_KEY_READER_SCHEMA = _Meaning(
+    "data-selection",
+    f"; record keys are read with the new reader schema from now on (Avro schema resolution; key column "
+    f"changes are reported separately). {IN_PLACE_ROWS}",
+)
+
+
+_KEY_FORMAT = _Meaning(
+    "topology",
+    f"; the record keys are read or written in another format, as a changed value format is. {REPLACE}",
+)
+
+
+def _key_format(ctx: Ctx, old: Any, new: Any) -> set[str]:
+    """A source's or sink's key format (absent: a string key, not read by a source); a source's key
+    columns, when the format stays, as its value columns."""
+    _compare(ctx, new.id, "keyFormat", old.key_format or "string", new.key_format or "string",
+             "record key format", _KEY_FORMAT)
+    if not hasattr(new, "key_columns") or old.key_format != new.key_format or new.key_format is None:
+        return {"key_format"}
+    _source_columns(ctx, old, new, key=True)
+    return {"key_format", "key_columns"}
+
+
+def _key_reader_schema(ctx: Ctx, old: Any, new: Any) -> set[str]:
+    """An avro key's pinned reader schema (a key format change stays unhandled: topology, as a value
+    format change)."""
+    if old.key_format != "avro" or new.key_format != "avro":
+        return set()
+    if old.key_schema != new.key_schema:
+        _compare(ctx, new.id, "keySchema", _pinned(old.key_schema), _pinned(new.key_schema),
+                 "key reader schema", _KEY_READER_SCHEMA)
+    return {"key_schema"}
+
+
 def _source(ctx: Ctx, old: Any, new: Any) -> set[str]:
-    handled = _reader_schema(ctx, old, new)
+    handled = _reader_schema(ctx, old, new) | _key_reader_schema(ctx, old, new) | _key_format(ctx, old, new)
     _source_topic(ctx, old, new)
     _source_columns(ctx, old, new)
     _compare(ctx, new.id, "startingOffsets", old.starting_offsets, new.starting_offsets,
@@ -292,10 +329,15 @@ def _sink(ctx: Ctx, old: Any, new: Any) -> set[str]:
     _compare(ctx, new.id, "delivery", old.delivery, new.delivery, "delivery", _DELIVERY)
     _compare(ctx, new.id, "trigger.processingTime", old.trigger.processing_time,
              new.trigger.processing_time, "trigger interval", _TRIGGER)
-    handled = {"topic", "key", "output_mode", "delivery", "trigger"}
+    handled = {"topic", "key", "output_mode", "delivery", "trigger"} | _key_format(ctx, old, new)
     if old.format == new.format == "avro" and old.value_schema and new.value_schema:
         # the schema is derived from the output schema, which is judged on its own; its subject is not
         _compare(ctx, new.id, "valueSchema.subject", old.value_schema.subject, new.value_schema.subject,
                  "schema registry subject", _SINK_SUBJECT)
         handled.add("value_schema")
+    if old.key_format == new.key_format == "avro" and old.key_schema and new.key_schema:
+        # derived from the key columns (judged as the record key); a changed subject as the value's
+        _compare(ctx, new.id, "keySchema.subject", old.key_schema.subject, new.key_schema.subject,
+                 "key schema registry subject", _SINK_SUBJECT)
+        handled.add("key_schema")
     return handled

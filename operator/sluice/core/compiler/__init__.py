@@ -9,8 +9,9 @@ from sluice.core.compiler.base import field_specs
 from sluice.core.compiler.casts import decimal_problem_in
 from sluice.core.compiler.checks import check_output_mode, sink_key
 from sluice.core.compiler.intervals import IntervalError, normalize_interval
+from sluice.core.compiler.keys import key_problems, sink_key_problems, sink_key_schema
 from sluice.core.compiler.planner import Planner
-from sluice.core.compiler.registry import resolve_sources, sink_schema, source_subjects
+from sluice.core.compiler.registry import resolve_keys, resolve_sources, sink_schema, source_subjects
 from sluice.core.compiler.scope import did_you_mean
 from sluice.core.compiler.sqlparse import parse_sql
 from sluice.core.compiler.sqltext import SqlFailure
@@ -134,7 +135,7 @@ class _SourceCheck:
 
 def _check_source(source: Source, where: str) -> _SourceCheck:
     """The problems of one source's columns and event time, and its watermark delay."""
-    problems = _column_problems(source, where)
+    problems = _column_problems(source, where) + key_problems(source, where)
     if source.event_time is None:
         return _SourceCheck(problems)
     event_time_problem = _event_time_problem(source, source.event_time.column, where)
@@ -205,15 +206,16 @@ def compile_query(spec: QuerySpec, target: CompileTarget | None = None) -> Plan:
     (default: the Spark this operator was built with, no cluster settings)."""
     target = target or CompileTarget()
     resolved = resolve_sources(spec, target.schemas)
-    if resolved.problems:
-        raise CompileError(resolved.problems)
-    spec = resolved.spec
+    keys = resolve_keys(resolved.spec, target.schemas)
+    if resolved.problems or keys.problems:
+        raise CompileError(resolved.problems + keys.problems)
+    spec = keys.spec
     problems, delays = spec_problems(spec)
     if problems:
         raise CompileError(problems)
     try:
         root, text = parse_sql(spec.sql)
-        planner = Planner(spec, text, delays, resolved.schemas)
+        planner = Planner(spec, text, delays, resolved.schemas, keys.schemas)
         rel = planner.plan_query(root)
         check_output_mode(spec, planner)
     except SqlFailure as failure:
@@ -223,6 +225,8 @@ def compile_query(spec: QuerySpec, target: CompileTarget | None = None) -> Plan:
         raise CompileError(key_problems)
     out = field_specs(rel.fields)
     value_schema, schema_problems = sink_schema(spec, out)
+    key_schema, key_schema_problems = sink_key_schema(spec, key, out)
+    schema_problems += key_schema_problems + sink_key_problems(spec, key, out)
     if schema_problems:
         raise CompileError(schema_problems)
     trigger = TriggerSpec(
@@ -238,6 +242,8 @@ def compile_query(spec: QuerySpec, target: CompileTarget | None = None) -> Plan:
         format=spec.sink.format,
         value_schema=value_schema,
         key=key,
+        key_format=None if spec.sink.key_format == "string" else spec.sink.key_format,
+        key_schema=key_schema,
         output_mode=spec.sink.output_mode,
         delivery=spec.sink.delivery,
         trigger=trigger,

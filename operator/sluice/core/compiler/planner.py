@@ -10,6 +10,7 @@ from sqlglot.tokens import TokenType
 from sluice.core.compiler.base import PlanState, Stateful, field_specs
 from sluice.core.compiler.exprs import Compiled, ExprCompiler, column_node, column_text, is_time_window
 from sluice.core.compiler.joins import plan_join
+from sluice.core.compiler.keys import plan_key_format
 from sluice.core.compiler.scope import Field, Relation, did_you_mean
 from sluice.core.compiler.select import plan_select
 from sluice.core.compiler.sqltext import SqlText
@@ -34,10 +35,13 @@ class Planner:
     """Plans a parsed query into steps; implements ``base.Planning`` for the SELECT and join planners."""
 
     def __init__(self, spec: QuerySpec, text: SqlText, watermark_delays: dict[str, str],
-                 value_schemas: Mapping[str, RegistrySchema] | None = None) -> None:
+                 value_schemas: Mapping[str, RegistrySchema] | None = None,
+                 key_schemas: Mapping[str, RegistrySchema] | None = None) -> None:
         self.spec = spec
         #: the pinned registry schema of each avro source (by name in lower case)
         self.value_schemas = dict(value_schemas or {})
+        #: the pinned registry schema of each avro key (by source name in lower case)
+        self.key_schemas = dict(key_schemas or {})
         self.text = text
         self.delays = watermark_delays
         self.state = PlanState()
@@ -201,7 +205,9 @@ class Planner:
         key = source.name.lower()
         if key in self.state.sources:
             return self.state.sources[key]
-        fields = [Field(c.name, parse_type(c.type)) for c in source.columns]
+        values = [Field(c.name, parse_type(c.type)) for c in source.columns]
+        key_fields = [Field(c.name, parse_type(c.type)) for c in source.key_columns]
+        fields = key_fields + values  # the key's columns first, as ksqlDB's key columns
         malformed = source.malformed
         topic = malformed.topic
         if malformed.policy == "deadLetter" and not topic:
@@ -215,7 +221,10 @@ class Planner:
                 topic=source.topic,
                 format=source.format,
                 value_schema=self.value_schemas.get(key),
-                columns=field_specs(fields),
+                columns=field_specs(values),
+                key_format=plan_key_format(source),
+                key_columns=field_specs(key_fields) if source.reads_key else None,
+                key_schema=self.key_schemas.get(key),
                 starting_offsets=source.starting_offsets,
                 max_offsets_per_trigger=source.max_offsets_per_trigger,
                 malformed=MalformedHandling(policy=malformed.policy, topic=topic),

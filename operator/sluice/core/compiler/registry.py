@@ -20,7 +20,8 @@ from sluice.core.plan.model import FieldSpec, KafkaSourceV1, Plan, RegistrySchem
 from sluice.core.spec import Column, QuerySpec, Source
 from sluice.core.types import TypeParseError, normalize_type
 
-__all__ = ["KeptSchemas", "Resolved", "kept_source_schemas", "plan_source_schemas", "resolve_sources",
+__all__ = ["KeptSchemas", "Resolved", "kept_source_schemas", "plan_source_schemas", "resolve_keys",
+           "resolve_sources",
            "sink_schema", "source_subjects"]
 
 
@@ -35,8 +36,11 @@ class Resolved:
 
 
 def source_subjects(spec: QuerySpec) -> list[str]:
-    """The registry subjects of the query's avro sources, each once, in the order of the sources."""
-    return list(dict.fromkeys(s.value_subject for s in spec.sources if s.value_subject is not None))
+    """The registry subjects of the query's avro sources (values, then keys of avro key format), each
+    once, in the order of the sources."""
+    subjects = [subject for s in spec.sources for subject in (s.value_subject, s.key_registry_subject)
+                if subject is not None]
+    return list(dict.fromkeys(subjects))
 
 
 def _describe(schema: RegistrySchema) -> str:
@@ -47,18 +51,20 @@ def _describe(schema: RegistrySchema) -> str:
 
 
 def _declared_problems(source: Source, fields: list[FieldSpec], schema: RegistrySchema,
-                       where: str) -> list[Problem]:
-    """Declared columns that are not fields of the registry's schema, or not of their type."""
+                       where: str, key: bool = False) -> list[Problem]:
+    """Declared columns (``key``: key columns) that are not fields of the registry's schema, or not of
+    their type."""
     by_name = {f.name.lower(): f for f in fields}
     problems: list[Problem] = []
-    for j, column in enumerate(source.columns):
+    declared_columns, at = (source.key_columns, "keySchema") if key else (source.columns, "schema")
+    for j, column in enumerate(declared_columns):
         found = by_name.get(column.name.lower())
         if found is None:
             names = ", ".join(f.name for f in fields)
             problems.append(Problem(
                 f"source '{source.name}': column '{column.name}' is not a field of the schema of "
                 f"{_describe(schema)} (its fields: {names}); declare a subset of its fields, or no "
-                "columns to take them all", field=f"{where}.schema[{j}].name"))
+                "columns to take them all", field=f"{where}.{at}[{j}].name"))
             continue
         try:
             declared = normalize_type(column.type)
@@ -67,7 +73,7 @@ def _declared_problems(source: Source, fields: list[FieldSpec], schema: Registry
         if declared != found.type:
             problems.append(Problem(
                 f"source '{source.name}': column '{column.name}' is declared as {declared}, but the field "
-                f"'{found.name}' of {_describe(schema)} is {found.type}", field=f"{where}.schema[{j}].type"))
+                f"'{found.name}' of {_describe(schema)} is {found.type}", field=f"{where}.{at}[{j}].type"))
     return problems
 
 
@@ -82,6 +88,44 @@ def _resolve(source: Source, schema: RegistrySchema, where: str) -> tuple[Source
         return source, problems  # the declared columns (checked as any source's)
     columns = [Column(name=f.name, type=f.type) for f in fields]
     return source.model_copy(update={"schema_": columns}), []
+
+
+def _resolve_key(source: Source, schema: RegistrySchema, where: str) -> tuple[Source, list[Problem]]:
+    """An avro key's columns: the fields of its record schema, or the declared subset of them."""
+    try:
+        fields = avro.columns(avro.parse(schema.schema_, "key"), "key")
+    except avro.AvroTypeError as exc:
+        return source, [Problem(f"source '{source.name}': the key schema of {_describe(schema)} has no Spark "
+                                f"columns (a key read as columns is a record): {exc}",
+                                field=f"{where}.keyFormat")]
+    if source.key_schema is not None:
+        return source, _declared_problems(source, fields, schema, where, key=True)
+    return source.model_copy(update={"key_schema": [Column(name=f.name, type=f.type) for f in fields]}), []
+
+
+def resolve_keys(spec: QuerySpec, schemas: Mapping[str, RegistrySchema]) -> Resolved:
+    """``spec`` with the key columns of its avro-keyed sources resolved from ``schemas`` (by subject);
+    the pinned key schemas by source name in lower case."""
+    sources: list[Source] = []
+    pinned: dict[str, RegistrySchema] = {}
+    problems: list[Problem] = []
+    for i, source in enumerate(spec.sources):
+        subject = source.key_registry_subject
+        schema = schemas.get(subject) if subject is not None else None
+        if subject is None or schema is None:
+            if subject is not None:
+                problems.append(Problem(
+                    f"source '{source.name}': the key schema of subject '{subject}' was not resolved from "
+                    "the schema registry (the operator resolves it when it compiles a new plan)",
+                    field=f"spec.sources[{i}].keyFormat"))
+            sources.append(source)
+            continue
+        schema = schema.model_copy(update={"subject": subject})
+        resolved, found = _resolve_key(source, schema, f"spec.sources[{i}]")
+        problems += found
+        sources.append(resolved)
+        pinned[source.name.lower()] = schema
+    return Resolved(spec if problems else spec.model_copy(update={"sources": sources}), pinned, problems)
 
 
 def resolve_sources(spec: QuerySpec, schemas: Mapping[str, RegistrySchema]) -> Resolved:
@@ -128,10 +172,10 @@ def sink_schema(spec: QuerySpec, out: list[FieldSpec]) -> tuple[RegistrySchema |
 
 
 def plan_source_schemas(plan: Plan) -> dict[str, RegistrySchema]:
-    """The registry schemas a plan's avro sources pinned (by subject): what the same spec compiles with
-    again while the plan stays pinned (a subject's later versions never reach it)."""
-    return {step.value_schema.subject: step.value_schema for step in plan.steps
-            if isinstance(step, KafkaSourceV1) and step.value_schema is not None}
+    """The registry schemas a plan's avro sources pinned (by subject; values and keys): what the same
+    spec compiles with again while the plan stays pinned (a subject's later versions never reach it)."""
+    return {schema.subject: schema for step in plan.steps if isinstance(step, KafkaSourceV1)
+            for schema in (step.value_schema, step.key_schema) if schema is not None}
 
 
 @dataclass(frozen=True)

@@ -31,8 +31,13 @@ def registry_problems(query: QuerySpec, cluster_name: str, has_registry: bool) -
     why = f"needs a schema registry: QueryCluster {cluster_name!r} has no spec.schemaRegistry"
     problems = [Problem(f"source '{s.name}' has format avro and {why}", field=f"spec.sources[{i}].format")
                 for i, s in enumerate(query.sources) if s.format == "avro"]
+    problems += [Problem(f"source '{s.name}' has keyFormat avro and {why}",
+                         field=f"spec.sources[{i}].keyFormat")
+                 for i, s in enumerate(query.sources) if s.key_format == "avro"]
     if query.sink.format == "avro":
         problems.append(Problem(f"the sink has format avro and {why}", field="spec.sink.format"))
+    if query.sink.key_format == "avro":
+        problems.append(Problem(f"the sink has keyFormat avro and {why}", field="spec.sink.keyFormat"))
     return problems
 
 

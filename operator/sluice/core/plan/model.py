@@ -69,6 +69,11 @@ class RegistrySchema(PlanModel):
     version: int | None = Field(default=None, description="A source's pinned subject version.")
 
 
+#: A record key's format in a plan (absent: as before the field; a source does not read the key, a sink
+#: writes one key column as text and several as a JSON object).
+KeyFormat = Literal["string", "json", "avro", "kafka:string", "kafka:long", "kafka:int", "kafka:double"]
+
+
 class StepBase(PlanModel):
     id: str = Field(description="Stable id of the step within the plan, e.g. 'source-orders', 'aggregate-1'.")
     inputs: list[str] = Field(default_factory=list, description="Ids of the steps feeding this one.")
@@ -85,6 +90,14 @@ class KafkaSourceV1(StepBase):
     value_schema: RegistrySchema | None = Field(
         default=None, description="avro: the reader schema pinned from the registry.")
     columns: list[FieldSpec] = Field(description="Declared record value columns.")
+    key_format: KeyFormat | None = Field(
+        default=None, description="Record key format when the key's columns (keyColumns) are read: string, "
+        "json, avro (Confluent wire format, keySchema) or kafka:<type> (Kafka's serializers, big-endian). "
+        "Absent: the key is not read (plans compiled before the field, or a string key without columns).")
+    key_columns: list[FieldSpec] | None = Field(
+        default=None, description="The record key's columns (before the value's in the step's schema).")
+    key_schema: RegistrySchema | None = Field(
+        default=None, description="avro key: the key's reader schema pinned from the registry.")
     starting_offsets: Literal["earliest", "latest"] = "earliest"
     max_offsets_per_trigger: int | None = None
     malformed: MalformedHandling = Field(default_factory=MalformedHandling)
@@ -189,6 +202,12 @@ class KafkaSinkV1(StepBase):
     value_schema: RegistrySchema | None = Field(
         default=None, description="avro: the schema written, derived from the output schema.")
     key: list[str] = Field(default_factory=list)
+    key_format: KeyFormat | None = Field(
+        default=None, description="Record key format: json (an object of the key columns), avro (a record "
+        "of them, keySchema, registered by the operator at rollout) or kafka:<type> (one column, Kafka's "
+        "serializers). Absent (string): one key column as text, several as a JSON object.")
+    key_schema: RegistrySchema | None = Field(
+        default=None, description="avro key: the key schema written, derived from the key columns.")
     output_mode: Literal["append", "update", "complete"] = "append"
     delivery: Literal["atLeastOnce", "exactlyOnce"] = "atLeastOnce"
     trigger: TriggerSpec = Field(default_factory=TriggerSpec)

@@ -1,0 +1,177 @@
+"""keyFormat in the compiler: a source's key columns beside its value columns (string, json, avro,
+kafka:<type>), a sink's key written in a format, the errors naming their fields, and plans without a
+key format unchanged (no new field in their JSON, the same hash)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from pydantic import ValidationError
+from sluice.core.compiler import CompileTarget, compile_query
+from sluice.core.errors import CompileError
+from sluice.core.plan.model import KafkaSourceV1, Plan, RegistrySchema
+from sluice.core.spec import QuerySpec
+
+KEY = {"type": "record", "name": "OrderKey", "fields": [{"name": "customer_id", "type": "long"},
+                                                        {"name": "region", "type": ["null", "string"]}]}
+KEY_SCHEMA = RegistrySchema(subject="orders-key", schema_=json.dumps(KEY), id=5, version=2)
+
+
+def spec(source: dict[str, Any] | None = None, sql: str = "SELECT * FROM orders",
+         **sink: Any) -> QuerySpec:
+    src = {"name": "orders", "topic": "orders", "schema": [{"name": "amount", "type": "double"}],
+           **(source or {})}
+    return QuerySpec.model_validate({"sources": [src], "sql": sql, "sink": {"topic": "out", **sink}})
+
+
+def compile_(query: QuerySpec, **schemas: RegistrySchema) -> Plan:
+    return compile_query(query, CompileTarget(schemas={"orders-key": KEY_SCHEMA, **schemas}))
+
+
+def source(plan: Plan) -> KafkaSourceV1:
+    step = plan.steps[0]
+    assert isinstance(step, KafkaSourceV1)
+    return step
+
+
+def problems(query: QuerySpec) -> list[tuple[str | None, str]]:
+    with pytest.raises(CompileError) as caught:
+        compile_(query)
+    return [(p.field, p.message) for p in caught.value.problems]
+
+
+def test_a_plan_without_key_format_is_unchanged() -> None:
+    plain = compile_query(spec())
+    explicit = compile_query(spec({"keyFormat": "string"}, keyFormat="string"))
+    assert explicit.hash == plain.hash
+    text = plain.canonical_json()
+    assert "keyFormat" not in text and "keyColumns" not in text and "keySchema" not in text
+
+
+def test_an_avro_key_gives_its_fields_as_columns_before_the_value() -> None:
+    plan = compile_(spec({"keyFormat": "avro"}))
+    step = source(plan)
+    assert [(f.name, f.type) for f in step.schema_] == [
+        ("customer_id", "bigint"), ("region", "string"), ("amount", "double")]
+    assert [c.name for c in step.columns] == ["amount"]
+    assert step.key_format == "avro" and step.key_schema == KEY_SCHEMA
+    assert [c.name for c in plan.output_schema] == ["customer_id", "region", "amount"]
+
+
+def test_an_avro_key_subject_override_and_a_declared_subset() -> None:
+    other = KEY_SCHEMA.model_copy(update={"subject": "shop.OrderKey"})
+    query = spec({"keyFormat": "avro", "keySubject": "shop.OrderKey",
+                  "keySchema": [{"name": "customer_id", "type": "bigint"}]})
+    step = source(compile_query(query, CompileTarget(schemas={"shop.OrderKey": other})))
+    assert [c.name for c in step.key_columns or []] == ["customer_id"]
+    assert step.key_schema is not None and step.key_schema.subject == "shop.OrderKey"
+
+
+def test_an_avro_key_subject_is_pinned_like_a_value_subject() -> None:
+    from sluice.core.compiler import source_subjects
+    from sluice.core.compiler.registry import plan_source_schemas
+
+    query = spec({"keyFormat": "avro"})
+    assert source_subjects(query) == ["orders-key"]
+    assert plan_source_schemas(compile_(query)) == {"orders-key": KEY_SCHEMA}
+
+
+def test_a_key_column_of_another_type_than_the_avro_field() -> None:
+    found = problems(spec({"keyFormat": "avro", "keySchema": [{"name": "customer_id", "type": "string"}]}))
+    assert found[0][0] == "spec.sources[0].keySchema[0].type"
+    assert "'customer_id' is declared as string" in found[0][1] and "subject 'orders-key'" in found[0][1]
+
+
+def test_a_missing_avro_key_schema_names_the_key_format() -> None:
+    with pytest.raises(CompileError) as caught:
+        compile_query(spec({"keyFormat": "avro"}))
+    assert caught.value.problems[0].field == "spec.sources[0].keyFormat"
+
+
+def test_a_primitive_avro_key_is_refused() -> None:
+    primitive = KEY_SCHEMA.model_copy(update={"schema_": '"long"'})
+    with pytest.raises(CompileError) as caught:
+        compile_query(spec({"keyFormat": "avro"}), CompileTarget(schemas={"orders-key": primitive}))
+    assert caught.value.problems[0].field == "spec.sources[0].keyFormat"
+    assert "not a record" in caught.value.problems[0].message
+
+
+@pytest.mark.parametrize(("fmt", "typ"), [("kafka:long", "bigint"), ("kafka:int", "int"),
+                                          ("kafka:double", "double"), ("kafka:string", "string"),
+                                          ("string", "string"), ("json", "string")])
+def test_key_columns_of_each_format(fmt: str, typ: str) -> None:
+    step = source(compile_(spec({"keyFormat": fmt, "keySchema": [{"name": "k", "type": typ}]})))
+    assert step.key_format == fmt
+    assert [(f.name, f.type) for f in step.schema_] == [("k", typ), ("amount", "double")]
+
+
+def test_a_primitive_key_of_another_type() -> None:
+    found = problems(spec({"keyFormat": "kafka:long", "keySchema": [{"name": "k", "type": "int"}]}))
+    assert found == [("spec.sources[0].keySchema[0].type",
+                      "source 'orders': a kafka:long key is a bigint column, but key column 'k' is declared "
+                      "as int")]
+
+
+def test_a_key_column_named_as_a_value_column() -> None:
+    found = problems(spec({"keyFormat": "json", "keySchema": [{"name": "AMOUNT", "type": "double"}]}))
+    assert found[0][0] == "spec.sources[0].keySchema[0].name"
+    assert "has the name of a value column" in found[0][1]
+
+
+def test_an_avro_key_field_named_as_a_value_column() -> None:
+    query = spec({"keyFormat": "avro", "schema": [{"name": "region", "type": "string"}]})
+    found = problems(query)
+    assert found[0][0] == "spec.sources[0].keySchema[1].name"
+
+
+def test_the_key_columns_in_sql_group_by_and_join() -> None:
+    query = QuerySpec.model_validate({
+        "sources": [{"name": "orders", "topic": "orders", "schema": [{"name": "amount", "type": "double"}],
+                     "keyFormat": "avro"},
+                    {"name": "customers", "topic": "customers", "keyFormat": "kafka:long",
+                     "keySchema": [{"name": "id", "type": "bigint"}],
+                     "schema": [{"name": "name", "type": "string"}]}],
+        "sql": "SELECT o.customer_id, c.name, o.amount FROM orders o "
+               "JOIN customers c ON o.customer_id = c.id",
+        "sink": {"topic": "out", "key": ["customer_id"], "keyFormat": "kafka:long"}})
+    plan = compile_(query)
+    assert plan.sink.key_format == "kafka:long" and plan.sink.key == ["customer_id"]
+    grouped = compile_(spec({"keyFormat": "avro"},
+                            "SELECT region, sum(amount) AS total FROM orders GROUP BY region",
+                            key=["region"], keyFormat="avro", outputMode="update"))
+    assert grouped.sink.key_schema is not None and grouped.sink.key_schema.subject == "out-key"
+    written = json.loads(grouped.sink.key_schema.schema_)
+    assert written["name"] == "out_key" and [f["name"] for f in written["fields"]] == ["region"]
+
+
+def test_sink_key_formats() -> None:
+    for fmt in ("json", "kafka:string"):
+        assert compile_(spec(key=["amount"], keyFormat=fmt)).sink.key_format == fmt
+    named = compile_(spec(key=["amount"], keyFormat="avro", keySubject="k"))
+    assert named.sink.key_schema is not None and named.sink.key_schema.subject == "k"
+
+
+def test_a_sink_primitive_key_of_a_type_it_cannot_write() -> None:
+    with pytest.raises(CompileError) as caught:
+        compile_(spec(key=["amount"], keyFormat="kafka:long"))
+    assert [(p.field, p.message) for p in caught.value.problems] == [(
+        "spec.sink.keyFormat", "a kafka:long key is written from a column of type bigint or int or smallint "
+        "or tinyint, but the key column 'amount' is double (cast it)")]
+
+
+@pytest.mark.parametrize(("source_or_sink", "fields", "words"), [
+    ("source", {"keyFormat": "protobuf"}, "Protobuf keys come with the Protobuf value format"),
+    ("source", {"keyFormat": "xml"}, "keyFormat"),
+    ("source", {"keyFormat": "json"}, "keySchema: a json key needs its columns"),
+    ("source", {"keySubject": "k"}, "keySubject: only an avro key"),
+    ("source", {"keyFormat": "kafka:long"}, "keySchema: a kafka:long key is one column"),
+    ("sink", {"keyFormat": "protobuf", "key": ["a"]}, "Protobuf keys come with the Protobuf value format"),
+    ("sink", {"keyFormat": "avro"}, "keyFormat: avro needs the key columns (key)"),
+    ("sink", {"keyFormat": "kafka:int", "key": ["a", "b"]}, "keyFormat: a kafka:int key is one column"),
+])
+def test_bad_key_fields_name_the_field(source_or_sink: str, fields: dict[str, Any], words: str) -> None:
+    with pytest.raises(ValidationError) as caught:
+        spec(fields) if source_or_sink == "source" else spec(**fields)
+    assert words in str(caught.value)
