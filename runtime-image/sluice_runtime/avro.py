@@ -48,6 +48,8 @@ REGISTRY_PASSWORD_ENV: Final = "SLUICE_SCHEMA_REGISTRY_PASSWORD"
 #: the PEM text of the CA that signed an ``https`` registry's certificate (else the system's CAs)
 REGISTRY_CA_ENV: Final = "SLUICE_SCHEMA_REGISTRY_CA"
 SINK_SCHEMA_ID_ENV: Final = "SLUICE_SINK_SCHEMA_ID"
+#: the id the operator registered an avro sink key's schema under (``keyFormat: avro``)
+SINK_KEY_SCHEMA_ID_ENV: Final = "SLUICE_SINK_KEY_SCHEMA_ID"
 
 MAGIC: Final = 0
 HEADER_LENGTH: Final = 5
@@ -182,6 +184,7 @@ class AvroSettings:
 
     registry: Registry | None = None
     sink_schema_id: int | None = None
+    sink_key_schema_id: int | None = None
     writers: dict[str, dict[int, str]] = field(default_factory=dict)
 
     @classmethod
@@ -200,7 +203,9 @@ class AvroSettings:
             except (ssl.SSLError, ValueError) as exc:
                 raise AvroConfigError(f"{REGISTRY_CA_ENV} is not a PEM certificate: {exc}") from None
         registry = Registry(url, username, password, ca) if url else None
-        return cls(registry=registry, sink_schema_id=parse_schema_id(env.get(SINK_SCHEMA_ID_ENV)))
+        return cls(registry=registry, sink_schema_id=parse_schema_id(env.get(SINK_SCHEMA_ID_ENV)),
+                   sink_key_schema_id=parse_schema_id(env.get(SINK_KEY_SCHEMA_ID_ENV),
+                                                      SINK_KEY_SCHEMA_ID_ENV))
 
     def writer_schemas(self, schema: RegistrySchema) -> dict[int, str]:
         """The writer schemas of a source's subject (fetched once per subject). The pinned schema is
@@ -223,29 +228,40 @@ class AvroSettings:
                 f"its schema under (subject {subject}) in every record's header")
         return self.sink_schema_id
 
+    def require_sink_key_id(self, subject: str) -> int:
+        if self.sink_key_schema_id is None:
+            raise AvroConfigError(
+                f"{SINK_KEY_SCHEMA_ID_ENV} is not set: the avro key of the sink writes the id the operator "
+                f"registered its schema under (subject {subject}) in every record key's header")
+        return self.sink_key_schema_id
+
 
 # -- Spark expressions ---------------------------------------------------------------------
-def wire_columns(raw: DataFrame) -> DataFrame:
+def wire_columns(raw: DataFrame, column: str = "value", ok_name: str = WIRE_OK,
+                 id_name: str = SCHEMA_ID) -> DataFrame:
     """``raw`` (Kafka records) with :data:`WIRE_OK` (value in the wire format) and
-    :data:`SCHEMA_ID` (its id, null when not)."""
+    :data:`SCHEMA_ID` (its id, null when not); ``column``: ``key`` for a key (named ``ok_name``,
+    ``id_name``)."""
     from pyspark.sql import functions as F
 
-    value = F.col("value")
+    value = F.col(column)
     ok = value.isNotNull() & (F.length(value) >= HEADER_LENGTH) & (F.hex(F.substring(value, 1, 1)) == "00")
     schema_id = F.conv(F.hex(F.substring(value, 2, 4)), 16, 10).cast("bigint")
-    return raw.withColumn(WIRE_OK, F.coalesce(ok, F.lit(False))).withColumn(
-        SCHEMA_ID, F.when(F.col(WIRE_OK), schema_id))
+    return raw.withColumn(ok_name, F.coalesce(ok, F.lit(False))).withColumn(
+        id_name, F.when(F.col(ok_name), schema_id))
 
 
-def payload() -> Column:
-    """The Avro datum of a value in the wire format (the bytes after the header)."""
+def payload(column: str = "value") -> Column:
+    """The Avro datum of a value (``column``: ``key`` for a key) in the wire format (the bytes after
+    the header)."""
     from pyspark.sql import functions as F
 
-    value = F.col("value")
+    value = F.col(column)
     return value.substr(F.lit(HEADER_LENGTH + 1), F.length(value) - HEADER_LENGTH)
 
 
-def decode(writers: Mapping[int, str], reader_schema: str) -> Column:
+def decode(writers: Mapping[int, str], reader_schema: str, column: str = "value", ok_name: str = WIRE_OK,
+           id_name: str = SCHEMA_ID) -> Column:
     """The decoded value (a struct of the reader schema's fields, and :data:`DECODED` when
     :func:`reader_for` adds it): a CASE over the writer schema ids; null for an id not among them or
     a value not in the wire format. A writer schema that is the reader schema is read without
@@ -259,16 +275,16 @@ def decode(writers: Mapping[int, str], reader_schema: str) -> Column:
     for schema_id in sorted(writers):
         writer = writers[schema_id]
         same = reader == reader_schema and json.loads(writer) == json.loads(reader_schema)
-        decoded = from_avro(payload(), writer, {"mode": "PERMISSIVE"} if same else resolving)
-        condition = F.col(WIRE_OK) & (F.col(SCHEMA_ID) == F.lit(schema_id))
+        decoded = from_avro(payload(column), writer, {"mode": "PERMISSIVE"} if same else resolving)
+        condition = F.col(ok_name) & (F.col(id_name) == F.lit(schema_id))
         out = F.when(condition, decoded) if out is None else out.when(condition, decoded)
     if out is None:
         raise AvroConfigError("no writer schema: the subject has no Avro version")
     return out
 
 
-def unknown_id_error(subject: str, known: Mapping[int, str]) -> Column:
-    """``raise_error`` naming the record, its schema id and the subject."""
+def unknown_id_error(subject: str, known: Mapping[int, str], id_name: str = SCHEMA_ID) -> Column:
+    """``raise_error`` naming the record, its schema id (column ``id_name``) and the subject."""
     from pyspark.sql import functions as F
 
     ids = ", ".join(str(i) for i in sorted(known))
@@ -276,7 +292,7 @@ def unknown_id_error(subject: str, known: Mapping[int, str]) -> Column:
         F.lit(f"{UNKNOWN_SCHEMA_ID}: a record of topic "), F.col("topic"),
         F.lit(" partition "), F.col("partition").cast("string"),
         F.lit(" offset "), F.col("offset").cast("string"),
-        F.lit(" carries schema id "), F.col(SCHEMA_ID).cast("string"),
+        F.lit(" carries schema id "), F.col(id_name).cast("string"),
         F.lit(f", which subject {subject} did not have when the pipeline was built (ids {ids}): "
               "the subject is fetched again and the query restarted on its checkpoint"),
     ))
@@ -328,14 +344,46 @@ def startup_problems(plan: Plan, settings: AvroSettings) -> list[str]:
             if settings.sink_schema_id is None:
                 problems.append(f"{SINK_SCHEMA_ID_ENV} is not set: the avro sink of topic {step.topic} "
                                 "writes the id the operator registered its schema under")
+    return problems + _key_startup_problems(plan, settings)
+
+
+def _key_startup_problems(plan: Plan, settings: AvroSettings) -> list[str]:
+    """:func:`startup_problems` of avro keys."""
+    from sluice.core.plan.model import KafkaSinkV1, KafkaSourceV1
+
+    problems: list[str] = []
+    for step in plan.steps:
+        if isinstance(step, KafkaSourceV1) and step.key_format == "avro":
+            given = step.key_schema is not None and step.key_schema.subject in settings.writers
+            if step.key_schema is None:
+                problems.append(f"avro key of source {step.source}: the plan has no keySchema")
+            elif settings.registry is None and not given:
+                problems.append(f"{REGISTRY_URL_ENV} is not set: the avro key of source {step.source} needs "
+                                "the schema registry for the writer schemas of its records")
+        elif isinstance(step, KafkaSinkV1) and step.key_format == "avro":
+            if step.key_schema is None:
+                problems.append(f"avro key of sink {step.topic}: the plan has no keySchema")
+            if settings.sink_key_schema_id is None:
+                problems.append(f"{SINK_KEY_SCHEMA_ID_ENV} is not set: the avro key of the sink of topic "
+                                f"{step.topic} writes the id the operator registered its schema under")
     return problems
 
 
-def has_sources(plan: Plan) -> bool:
-    """Whether the plan reads an avro source."""
+def source_schemas(plan: Plan) -> list[RegistrySchema]:
+    """The pinned reader schemas of the plan's avro sources: values and keys."""
     from sluice.core.plan.model import KafkaSourceV1
 
-    return any(isinstance(s, KafkaSourceV1) and s.format == "avro" for s in plan.steps)
+    return [schema for step in plan.steps if isinstance(step, KafkaSourceV1)
+            for schema in (step.value_schema if step.format == "avro" else None,
+                           step.key_schema if step.key_format == "avro" else None)
+            if schema is not None]
+
+
+def has_sources(plan: Plan) -> bool:
+    """Whether the plan reads an avro source (a value or a key)."""
+    from sluice.core.plan.model import KafkaSourceV1
+
+    return any(isinstance(s, KafkaSourceV1) and "avro" in (s.format, s.key_format) for s in plan.steps)
 
 
 def is_unknown_schema_id(failure: BaseException | None) -> bool:
@@ -349,17 +397,15 @@ def refetched(settings: AvroSettings, plan: Plan) -> AvroSettings | None:
     """Settings with the writer schemas of the plan's avro sources fetched anew, when a subject
     has ids that ``settings`` did not have; None when none has, when there is no registry, or when
     it cannot be read (logged: the caller goes on with what it has)."""
-    from sluice.core.plan.model import KafkaSourceV1
-
     if settings.registry is None:
         return None
-    fresh = AvroSettings(registry=settings.registry, sink_schema_id=settings.sink_schema_id)
+    fresh = AvroSettings(registry=settings.registry, sink_schema_id=settings.sink_schema_id,
+                         sink_key_schema_id=settings.sink_key_schema_id)
     grew = False
     try:
-        for step in plan.steps:
-            if isinstance(step, KafkaSourceV1) and step.format == "avro" and step.value_schema is not None:
-                before = set(settings.writers.get(step.value_schema.subject, {}))
-                grew |= bool(set(fresh.writer_schemas(step.value_schema)) - before - {step.value_schema.id})
+        for schema in source_schemas(plan):
+            before = set(settings.writers.get(schema.subject, {}))
+            grew |= bool(set(fresh.writer_schemas(schema)) - before - {schema.id})
     except AvroConfigError as exc:
         log.warning("avro: the source subjects could not be fetched again: %s", exc)
         return None

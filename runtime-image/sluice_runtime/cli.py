@@ -48,6 +48,8 @@ flag                  variable                  default
                                                 an https registry's CA)
 (none)                SLUICE_SINK_SCHEMA_ID     (none) the id the operator registered an avro sink's
                                                 schema under (required with an avro sink)
+(none)                SLUICE_SINK_KEY_SCHEMA_ID (none) the same for an avro sink key's schema
+                                                (required with ``keyFormat: avro`` on the sink)
 ====================  ========================  ========================================
 
 With a Lease name the process is one of the query's drivers: it warms up, waits as a standby and

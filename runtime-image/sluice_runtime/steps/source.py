@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 from sluice.core.plan.model import KafkaSourceV1, Plan, RegistrySchema
 from sluice.core.versions import default_dead_letter_topic
 
-from sluice_runtime import avro, malformed
+from sluice_runtime import avro, keys, malformed
 from sluice_runtime.config import start_from_options
 from sluice_runtime.steps.base import BuildContext, DeadLetterRoute
 
@@ -78,7 +78,22 @@ def tag_avro(raw: DataFrame, schema: RegistrySchema, writers: Mapping[int, str])
 
 def tag(step: KafkaSourceV1, raw: DataFrame, ctx: BuildContext) -> tuple[DataFrame, Column | None]:
     """The records tagged by their format (``_sluice_parsed``, ``_sluice_malformed``), and a
-    malformed record's own reason when the format gives one (Avro)."""
+    malformed record's own reason when the format gives one (Avro); with a key read
+    (``keyFormat``), the key too (:mod:`sluice_runtime.keys`): a key that does not decode makes the
+    record malformed, with the key's reason."""
+    tagged, reason = _tag_value(step, raw, ctx)
+    if step.key_format is None:
+        return tagged, reason
+    from pyspark.sql import functions as F
+
+    tagged, key_reason = keys.tag(step, tagged, ctx)
+    bad_key = F.col(keys.KEY_BAD)
+    value_reason = reason if reason is not None else F.lit(malformed.error_text(step.columns))
+    return (tagged.withColumn(malformed.MALFORMED, F.col(malformed.MALFORMED) | bad_key),
+            F.when(bad_key, key_reason).otherwise(value_reason))
+
+
+def _tag_value(step: KafkaSourceV1, raw: DataFrame, ctx: BuildContext) -> tuple[DataFrame, Column | None]:
     if step.format == "avro":
         if step.value_schema is None:
             raise avro.AvroConfigError(f"source {step.source}: format avro without a valueSchema in the plan")
@@ -98,9 +113,12 @@ def build(step: KafkaSourceV1, inputs: list[DataFrame], ctx: BuildContext) -> Da
         ctx.dead_letters.append(DeadLetterRoute(source_id=step.id, frame=frame, topic=topic))
     good = malformed.apply_policy(tagged, policy, step.id, ctx, reason)
     declared = {c.name: c.type for c in step.columns}
+    key_names = {c.name for c in step.key_columns or []}
     cols = []
     for f in step.schema_:
-        if f.name in declared:
+        if f.name in key_names:
+            cols.append(keys.column(step, good, f.name))
+        elif f.name in declared:
             value = good[f"{malformed.PARSED}.`{f.name}`"]
             if step.format == "avro":  # the plan's type: from_avro's own for what the compiler maps (a no-op)
                 value = value.cast(declared[f.name])

@@ -1,0 +1,158 @@
+"""Record keys in the runtime (``keyFormat``, issue 30): a source's key decoded into its key columns,
+a sink's key columns encoded.
+
+Formats (the plan's ``keyFormat``; absent: a source does not read the key, a sink writes one key
+column as text and several as a JSON object, as before the field):
+
+* ``string``, ``kafka:string``: UTF-8 text.
+* ``json``: a JSON object (``from_json``/``to_json``).
+* ``avro``: the Confluent wire format: a source decodes with the writer schemas of the key subject
+  resolved against the pinned ``keySchema`` (:func:`sluice_runtime.avro.decode`); a sink writes
+  ``to_avro`` behind the header of ``SLUICE_SINK_KEY_SCHEMA_ID``.
+* ``kafka:long``, ``kafka:int``, ``kafka:double``: Kafka's ``LongSerializer`` (8 bytes),
+  ``IntegerSerializer`` (4 bytes), ``DoubleSerializer`` (8 bytes IEEE 754), all big-endian. The bytes
+  are read and written with Spark's own functions (``hex``/``conv``/``unhex``; a double through
+  Avro's little-endian encoding with its bytes reversed): nothing leaves the JVM.
+
+A key that does not decode (a primitive of the wrong length, a json key that is no object of the key
+columns, an avro key not in the wire format or that does not decode) makes its record malformed, with
+its own reason (``record key ...``). A null key gives nulls in every key column.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Final
+
+from sluice.core.plan.model import KafkaSinkV1, KafkaSourceV1
+
+from sluice_runtime import avro, malformed
+
+if TYPE_CHECKING:
+    from pyspark.sql import Column, DataFrame
+
+    from sluice_runtime.steps.base import BuildContext
+
+#: the decoded key: a struct of the key columns
+KEY_PARSED: Final = "_sluice_key"
+#: whether the key does not decode
+KEY_BAD: Final = "_sluice_key_bad"
+KEY_CORRUPT: Final = "_sluice_key_corrupt"
+KEY_WIRE_OK: Final = "_sluice_key_wire_ok"
+KEY_SCHEMA_ID: Final = "_sluice_key_schema_id"
+#: the length in bytes of Kafka's serializers' primitives
+PRIMITIVE_LENGTHS: Final = {"kafka:long": 8, "kafka:int": 4, "kafka:double": 8}
+
+
+def _reversed_bytes(data: Column, length: int) -> Column:
+    """``data`` (``length`` bytes) with its bytes in the reverse order."""
+    from pyspark.sql import functions as F
+
+    text = F.hex(data)
+    return F.unhex(F.concat(*[F.substring(text, 2 * i + 1, 2) for i in reversed(range(length))]))
+
+
+def _primitive(fmt: str, key: Column) -> Column:
+    """A ``kafka:<type>`` key's value (null when the key is null or of another length)."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.avro.functions import from_avro
+
+    if fmt == "kafka:long":  # conv to a negative base reads the 64 bits as a signed number
+        value = F.conv(F.hex(key), 16, -10).cast("bigint")
+    elif fmt == "kafka:int":
+        unsigned = F.conv(F.hex(key), 16, 10).cast("bigint")
+        value = F.when(unsigned >= 2**31, unsigned - 2**32).otherwise(unsigned).cast("int")
+    else:  # kafka:double: Avro's double is the same 8 bytes, little-endian
+        value = from_avro(_reversed_bytes(key, 8), '"double"')
+    return F.when(F.length(key) == PRIMITIVE_LENGTHS[fmt], value)
+
+
+def tag(step: KafkaSourceV1, df: DataFrame, ctx: BuildContext) -> tuple[DataFrame, Column]:
+    """``df`` (Kafka records) with :data:`KEY_PARSED` and :data:`KEY_BAD`, and why a key is bad."""
+    from pyspark.sql import functions as F
+
+    fmt, columns = step.key_format, step.key_columns or []
+    key = F.col("key")
+    reason = F.lit(f"record key is not a {fmt} key of the columns ({malformed.schema_ddl(columns)})")
+    if fmt in ("string", "kafka:string"):
+        parsed, bad = F.struct(key.cast("string").alias(columns[0].name)), F.lit(False)
+    elif fmt in PRIMITIVE_LENGTHS:
+        parsed = F.struct(_primitive(str(fmt), key).alias(columns[0].name))
+        bad = key.isNotNull() & (F.length(key) != PRIMITIVE_LENGTHS[str(fmt)])
+        reason = F.lit(f"record key is not a {fmt} key ({PRIMITIVE_LENGTHS[str(fmt)]} bytes, big-endian, "
+                       "as Kafka's serializer writes it)")
+    elif fmt == "json":
+        ddl = malformed.schema_ddl(columns) + f", `{KEY_CORRUPT}` string"
+        options = {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": KEY_CORRUPT}
+        parsed = F.from_json(key.cast("string"), ddl, options)
+        df = df.withColumn(KEY_PARSED, parsed)
+        corrupt = F.col(f"{KEY_PARSED}.{KEY_CORRUPT}").isNotNull()
+        bad = key.isNotNull() & (F.col(KEY_PARSED).isNull() | corrupt)
+        reason = F.lit("record key is not a JSON object matching the key columns "
+                       f"({malformed.schema_ddl(columns)})")
+        parsed = F.col(KEY_PARSED)
+    elif fmt == "avro":
+        return _tag_avro(step, df, ctx)
+    else:
+        raise avro.AvroConfigError(f"source {step.source}: unknown keyFormat {fmt}")
+    return df.withColumn(KEY_PARSED, parsed).withColumn(KEY_BAD, F.coalesce(bad, F.lit(False))), reason
+
+
+def _tag_avro(step: KafkaSourceV1, df: DataFrame, ctx: BuildContext) -> tuple[DataFrame, Column]:
+    from pyspark.sql import functions as F
+
+    schema = step.key_schema
+    if schema is None:
+        raise avro.AvroConfigError(f"source {step.source}: keyFormat avro without a keySchema in the plan")
+    writers = ctx.avro.writer_schemas(schema)
+    df = avro.wire_columns(df, "key", KEY_WIRE_OK, KEY_SCHEMA_ID)
+    df = df.withColumn(KEY_PARSED, avro.decode(writers, schema.schema_, "key", KEY_WIRE_OK, KEY_SCHEMA_ID))
+    key = F.col("key")
+    unknown = F.col(KEY_WIRE_OK) & ~F.col(KEY_SCHEMA_ID).isin(sorted(writers))
+    bad = key.isNotNull() & (~F.col(KEY_WIRE_OK) | F.col(KEY_PARSED).isNull()
+                             | F.col(f"{KEY_PARSED}.`{avro.decoded_field(schema.schema_)}`").isNull())
+    failed = avro.unknown_id_error(schema.subject, writers, KEY_SCHEMA_ID)
+    pinned = f"version {schema.version}, id {schema.id}" if schema.id is not None else "pinned"
+    reason = F.when(~F.col(KEY_WIRE_OK), F.lit(
+        "record key is not in the Confluent wire format (magic byte 0, a 4-byte schema id, Avro binary)")
+    ).otherwise(F.concat(
+        F.lit("record key does not decode as Avro written with schema id "),
+        F.col(KEY_SCHEMA_ID).cast("string"),
+        F.lit(f" of subject {schema.subject}, read with the reader schema ({pinned})")))
+    return df.withColumn(KEY_BAD, F.when(unknown, failed).otherwise(F.coalesce(bad, F.lit(False)))), reason
+
+
+def column(step: KafkaSourceV1, df: DataFrame, name: str) -> Column:
+    """The key column ``name`` of a tagged frame, as the plan types it."""
+    types = {c.name: c.type for c in step.key_columns or []}
+    return df[f"{KEY_PARSED}.`{name}`"].cast(types[name]).alias(name)
+
+
+def encode(step: KafkaSinkV1, key_schema_id: int | None = None) -> Column:
+    """A sink's record key (``key_schema_id``: the id of an avro key's schema)."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.avro.functions import to_avro
+
+    fmt, names = step.key_format, step.key
+    if not names:
+        return F.lit(None).cast("string")
+    cols = [F.col(f"`{k}`") for k in names]
+    if fmt is None or fmt == "string":  # as before the field
+        return cols[0].cast("string") if len(cols) == 1 else F.to_json(F.struct(*cols))
+    if fmt == "kafka:string":
+        return cols[0].cast("string")
+    if fmt == "json":
+        return F.to_json(F.struct(*cols))
+    if fmt == "avro":
+        if step.key_schema is None or key_schema_id is None:
+            raise avro.AvroConfigError(
+                f"sink {step.topic}: keyFormat avro needs a keySchema and its schema id")
+        return avro.encode(F.struct(*cols), step.key_schema.schema_, key_schema_id)
+    value = cols[0]
+    if fmt == "kafka:long":
+        return F.unhex(F.lpad(F.hex(value.cast("bigint")), 16, "0"))
+    if fmt == "kafka:int":
+        return F.unhex(F.lpad(F.hex(value.cast("bigint").bitwiseAND(F.lit(0xFFFFFFFF))), 8, "0"))
+    if fmt == "kafka:double":  # Avro's double is the IEEE 754 bits little-endian
+        little = to_avro(F.coalesce(value.cast("double"), F.lit(0.0)), '"double"')
+        return F.when(value.isNotNull(), _reversed_bytes(little, 8))
+    raise avro.AvroConfigError(f"sink {step.topic}: unknown keyFormat {fmt}")
