@@ -219,11 +219,14 @@ def _with_sink_schemas(run: QueryRun, seen: Observed, retry: int) -> Observed:
         if cached is not None:
             plans[pinned.hash] = cached
     subjects = version_subjects(run, seen.spec, seen.cluster, seen.ctx, plans)
-    ids = sink_schema_ids(run, seen.spec, seen.cluster, seen.cluster_name, plans,
-                          pinned.hash if pinned is not None else None, retry, subjects)
+    running = pinned.hash if pinned is not None else None
+    ids = sink_schema_ids(run, seen.spec, seen.cluster, seen.cluster_name, plans, running, retry, subjects)
     if not ids:
         return seen
-    return dataclasses.replace(seen, ctx=dataclasses.replace(seen.ctx, sink_schema_ids=ids))
+    key_ids = sink_schema_ids(run, seen.spec, seen.cluster, seen.cluster_name, plans, running, retry,
+                              key=True)
+    return dataclasses.replace(seen, ctx=dataclasses.replace(seen.ctx, sink_schema_ids=ids,
+                                                             sink_key_schema_ids=key_ids))
 
 
 def _source_schemas(run: QueryRun, seen: Observed) -> list[SourceSchemaStatus]:

@@ -101,27 +101,42 @@ def latest_source_schemas(run: QueryRun, spec: StreamingQuerySpec, query: QueryS
     return out
 
 
+def _value_schema(plan: Plan) -> RegistrySchema | None:
+    return plan.sink.value_schema
+
+
+def _key_schema(plan: Plan) -> RegistrySchema | None:
+    return plan.sink.key_schema
+
+
 def sink_schema_ids(run: QueryRun, spec: StreamingQuerySpec, cluster: QueryClusterSpec, cluster_name: str,
                     plans: Mapping[str, Plan], running: str | None, retry: int,
-                    subjects: Mapping[str, str] | None = None) -> dict[str, int | None]:
+                    subjects: Mapping[str, str] | None = None, *, key: bool = False) -> dict[str, int | None]:
     """For each plan (by hash) that uses avro: the id its avro sink schema has under its subject (None:
     its sink writes json). ``running``: the hash of the plan that runs (its schema is registered as it
     is; another plan's schema that differs from it is checked for compatibility first). ``subjects``:
-    the subject of a plan whose version writes a topic of its own (``version_subjects``)."""
+    the subject of a plan whose version writes a topic of its own (``version_subjects``). ``key``: the
+    same for the sink's avro key schema (``keyFormat: avro``, under ``<topic>-key`` or ``keySubject``)."""
     avro_plans = {h: p for h, p in plans.items() if uses_avro(p)}
     if not avro_plans:
         return {}
     if cluster.schema_registry is None:  # a plan pinned before the registry was removed: say so
         check_registry(run, spec, cluster, cluster_name)
         return {h: None for h in avro_plans}
+    pick = _key_schema if key else _value_schema
+    what = "the sink's new Avro key schema" if key else "the sink's new Avro schema"
+    if key:
+        subjects = None  # a version on a topic of its own keeps the plan's key subject (not done yet)
+        if not any(pick(p) is not None for p in avro_plans.values()):
+            return {h: None for h in avro_plans}
     registry = _client(run, spec, cluster, cluster_name, retry)
     current = avro_plans.get(running or "")
-    current_schema = current.sink.value_schema if current is not None else None
+    current_schema = pick(current) if current is not None else None
     if current_schema is not None and subjects and running in subjects:
         current_schema = current_schema.model_copy(update={"subject": subjects[running or ""]})
     ids: dict[str, int | None] = {}
     for plan_hash, plan in sorted(avro_plans.items(), key=lambda item: item[0] != running):
-        schema = plan.sink.value_schema
+        schema = pick(plan)
         if schema is None:
             ids[plan_hash] = None
             continue
@@ -129,12 +144,12 @@ def sink_schema_ids(run: QueryRun, spec: StreamingQuerySpec, cluster: QueryClust
             schema = schema.model_copy(update={"subject": subjects[plan_hash]})
         try:
             if plan_hash != running and schema != current_schema:
-                _refuse_incompatible(run, spec, cluster_name, registry, schema)
+                _refuse_incompatible(run, spec, cluster_name, registry, schema, what)
             ids[plan_hash] = registry.register(schema.subject, schema.schema_)
         except RegistryUnavailable as exc:
             raise _unreachable(run, spec, cluster_name, registry.url, exc, retry) from exc
         except RegistryRefused as exc:
-            message = f"the schema registry refused the sink's Avro schema: {exc}"
+            message = f"the schema registry refused {what.replace(' new', '')}: {exc}"
             _problem(run, spec, Reason.SCHEMA_INCOMPATIBLE, message, {"cluster": cluster_name},
                      EventReason.SCHEMA_INCOMPATIBLE)
             raise Stop(message) from exc
@@ -142,11 +157,11 @@ def sink_schema_ids(run: QueryRun, spec: StreamingQuerySpec, cluster: QueryClust
 
 
 def _refuse_incompatible(run: QueryRun, spec: StreamingQuerySpec, cluster_name: str, registry: Registry,
-                         schema: RegistrySchema) -> None:
+                         schema: RegistrySchema, what: str) -> None:
     """A changed sink schema the subject's compatibility level refuses: SchemaIncompatible, nothing
     registered, until the spec changes."""
     answer = registry.compatibility(schema.subject, schema.schema_)
-    refused = incompatibility(schema.subject, answer) if answer is not None else None
+    refused = incompatibility(schema.subject, answer, what) if answer is not None else None
     if refused is not None:
         _problem(run, spec, Reason.SCHEMA_INCOMPATIBLE, refused, {"cluster": cluster_name},
                  EventReason.SCHEMA_INCOMPATIBLE)

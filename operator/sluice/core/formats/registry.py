@@ -41,7 +41,8 @@ def registry_problems(query: QuerySpec, cluster_name: str, has_registry: bool) -
     return problems
 
 
-def incompatibility(subject: str, answer: Mapping[str, Any]) -> str | None:
+def incompatibility(subject: str, answer: Mapping[str, Any],
+                    what: str = "the sink's new Avro schema") -> str | None:
     """Why the registry refuses a schema under ``subject`` (None: compatible), from its answer to
     ``POST /compatibility/subjects/<subject>/versions/latest?verbose=true``: Confluent's registry gives
     ``messages`` (a list), Apicurio's ccompat API a ``reason``."""
@@ -50,7 +51,7 @@ def incompatibility(subject: str, answer: Mapping[str, Any]) -> str | None:
     said = answer.get("messages") or answer.get("reason") or []
     reasons = [str(m) for m in said] if isinstance(said, list) else [str(said)]
     detail = "; ".join(r.strip() for r in reasons if str(r).strip()) or "no reason given"
-    return (f"the sink's new Avro schema is incompatible with subject {subject!r} under its compatibility "
+    return (f"{what} is incompatible with subject {subject!r} under its compatibility "
             f"level, so it cannot be changed in place: {detail}")
 
 

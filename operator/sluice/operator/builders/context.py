@@ -55,6 +55,8 @@ class QueryContext:
     #: the plans (by hash) that read or write avro, with the id of each one's avro sink schema in the
     #: registry (None: its sink writes json): their drivers get the registry and SLUICE_SINK_SCHEMA_ID
     sink_schema_ids: Mapping[str, int | None] = dataclasses.field(default_factory=dict)
+    #: the same for their sink's avro key schema (``keyFormat: avro``; SLUICE_SINK_KEY_SCHEMA_ID)
+    sink_key_schema_ids: Mapping[str, int | None] = dataclasses.field(default_factory=dict)
 
     def on_engine(self, engine: Engine, *, freeze: bool = False) -> QueryContext:
         """This context on ``engine``: the cluster's fields that reach the pods come from it."""

@@ -166,8 +166,9 @@ def object_store_env(ctx: QueryContext) -> list[dict[str, Any]]:
 
 def registry_env(ctx: QueryContext, plan_hash: str | None) -> list[dict[str, Any]]:
     """The schema registry of a plan that reads or writes avro (the runtime's contract): its URL, the
-    basic-auth credentials and CA certificate from their Secrets, and the id the operator got
-    registering the plan's avro sink schema. Nothing for any other plan (its pods stay as they were)."""
+    basic-auth credentials and CA certificate from their Secrets, and the ids the operator got
+    registering the plan's avro sink schema and avro sink key schema. Nothing for any other plan (its
+    pods stay as they were)."""
     settings = ctx.cluster.schema_registry
     if plan_hash is None or plan_hash not in ctx.sink_schema_ids or settings is None:
         return []
@@ -180,6 +181,9 @@ def registry_env(ctx: QueryContext, plan_hash: str | None) -> list[dict[str, Any
     schema_id = ctx.sink_schema_ids[plan_hash]
     if schema_id is not None:
         env.append({"name": "SLUICE_SINK_SCHEMA_ID", "value": str(schema_id)})
+    key_schema_id = ctx.sink_key_schema_ids.get(plan_hash)
+    if key_schema_id is not None:
+        env.append({"name": "SLUICE_SINK_KEY_SCHEMA_ID", "value": str(key_schema_id)})
     return env
 
 
