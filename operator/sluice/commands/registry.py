@@ -22,8 +22,13 @@ URL_ENV = "SLUICE_SCHEMA_REGISTRY_URL"
 
 
 def _field(query: QuerySpec, subject: str) -> str:
-    index = next(i for i, s in enumerate(query.sources) if s.value_subject == subject)
-    return f"spec.sources[{index}].format"
+    """The field of the first source reading ``subject``: its ``format`` (a value) or ``keyFormat``."""
+    for i, source in enumerate(query.sources):
+        if source.value_subject == subject:
+            return f"spec.sources[{i}].format"
+        if source.key_registry_subject == subject:
+            return f"spec.sources[{i}].keyFormat"
+    return "spec.sources"
 
 
 def latest_schemas(query: QuerySpec, env: Mapping[str, str] | None = None) -> dict[str, RegistrySchema]:

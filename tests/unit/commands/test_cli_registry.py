@@ -41,3 +41,14 @@ def test_a_registry_that_does_not_answer_is_a_problem_of_the_source() -> None:
     assert problem.field == "spec.sources[0].format"
     assert problem.message.startswith(f"the schema registry at {url}: the latest version of subject "
                                       "'orders-value'")
+
+
+def test_an_avro_key_without_the_variable_names_its_key_format() -> None:
+    keyed = QuerySpec.model_validate({"sources": [{"name": "o", "topic": "o", "keyFormat": "avro",
+                                                   "schema": [{"name": "a", "type": "int"}]}],
+                                      "sql": "SELECT a FROM o", "sink": {"topic": "out"}})
+    with pytest.raises(CompileError) as caught:
+        compile_with_registry(keyed, env={})
+    [problem] = caught.value.problems
+    assert problem.field == "spec.sources[0].keyFormat"
+    assert "source subject 'o-key' is avro" in problem.message
