@@ -175,6 +175,96 @@ def test_a_compatible_sink_change_rolls_and_an_incompatible_one_is_refused_with_
     assert w.status()["lastUpgrade"]["outcome"] == "Succeeded"
 
 
+BAND = "SELECT cast(amount AS int) AS band, count(*) AS orders FROM orders GROUP BY cast(amount AS int)"
+#: the key column widened (int -> bigint), the grouping as it was: in place; BACKWARD compatible for the
+#: value, not FORWARD compatible (an old reader of int cannot read a long), which a FULL key subject needs
+BAND_WIDENED = BAND.replace("SELECT cast(amount AS int) AS band",
+                            "SELECT cast(cast(amount AS int) AS bigint) AS band")
+
+
+def avro_key_spec(w: World, sql: str = SQL, key: str = "customer") -> dict[str, Any]:
+    """:func:`avro_spec` whose sink writes its key as Avro too (``keyFormat: avro``: ``<topic>-key``)."""
+    spec = avro_spec(w, sql)
+    spec["sink"] = {**spec["sink"], "key": [key], "keyFormat": "avro"}
+    return spec
+
+
+def test_an_avro_sink_key_schema_is_registered_under_the_key_subject_and_its_id_reaches_the_drivers(
+        world: World, schema_registry: Registry) -> None:
+    w = world
+    avro_world(w, schema_registry)
+    w.add_query(**avro_key_spec(w))
+    reconcile_query(w.env, w.current())
+    reconcile_query(w.env, w.current())
+    sink = pinned_plan(w).sink
+    assert sink.key_schema is not None and sink.key_schema.subject == f"{w.topic}-key"
+    assert sink.value_schema is not None and sink.value_schema.subject == f"{w.topic}-value"
+    registry = client(schema_registry)
+    key = registry.get_latest_version(f"{w.topic}-key")
+    value = registry.get_latest_version(f"{w.topic}-value")
+    assert json.loads(key.schema.schema_str) == json.loads(sink.key_schema.schema_)
+    assert [f["name"] for f in json.loads(key.schema.schema_str)["fields"]] == ["customer"]
+    env = driver_env(w)
+    assert env["SLUICE_SINK_KEY_SCHEMA_ID"] == str(key.schema_id)
+    assert env["SLUICE_SINK_SCHEMA_ID"] == str(value.schema_id) != env["SLUICE_SINK_KEY_SCHEMA_ID"]
+    # idempotent: the same key schema again keeps its id and adds no version
+    reconcile_query(w.env, w.current())
+    assert registry.get_versions(f"{w.topic}-key") == [1]
+    assert driver_env(w)["SLUICE_SINK_KEY_SCHEMA_ID"] == str(key.schema_id)
+
+
+def test_an_avro_sink_key_alone_is_registered_for_a_json_value(
+        world: World, schema_registry: Registry) -> None:
+    w = world
+    avro_world(w, schema_registry)
+    spec = avro_key_spec(w)
+    spec["sink"] = {k: v for k, v in spec["sink"].items() if k != "format"}  # the value in json
+    w.add_query(**spec)
+    reconcile_query(w.env, w.current())
+    key = client(schema_registry).get_latest_version(f"{w.topic}-key")
+    env = driver_env(w)
+    assert env["SLUICE_SINK_KEY_SCHEMA_ID"] == str(key.schema_id) and "SLUICE_SINK_SCHEMA_ID" not in env
+    assert env["SLUICE_SCHEMA_REGISTRY_URL"] == schema_registry.url
+    assert f"{w.topic}-value" not in client(schema_registry).get_subjects()
+
+
+def test_an_incompatible_sink_key_change_is_refused_with_the_registrys_reason_and_nothing_registered(
+        world: World, schema_registry: Registry) -> None:
+    w = world
+    avro_world(w, schema_registry)
+    w.add_query(**avro_key_spec(w, BAND, key="band"))
+    reconcile_query(w.env, w.current())
+    registry = client(schema_registry)
+    key_subject, value_subject = f"{w.topic}-key", f"{w.topic}-value"
+    registry.set_compatibility(key_subject, "FULL")  # keys that old and new consumers both read
+    running = w.status()["plan"]["hash"]
+    drivers = driver_env(w)
+
+    with pytest.raises(Stop) as stopped:
+        reconcile_query(w.env, w.edit(sql=BAND_WIDENED))
+    said = str(stopped.value)
+    assert said.startswith(
+        f"the sink's new Avro key schema is incompatible with subject '{key_subject}'"), said
+    assert "/fields/0/type" in said  # the registry's reason, naming the key's field
+    status = w.status()
+    degraded = next(c for c in status["conditions"] if c["type"] == "Degraded")
+    assert degraded["status"] == "True" and degraded["reason"] == "SchemaIncompatible"
+    assert degraded["message"] == said
+    assert status["plan"]["hash"] == running and "rollout" not in status
+    assert "SchemaIncompatible" in w.reasons()
+    # nothing half-applied: the value's compatible change is not registered either, the drivers unchanged
+    assert registry.get_versions(key_subject) == [1] and registry.get_versions(value_subject) == [1]
+    assert driver_env(w) == drivers
+
+    # the key subject's level relaxed to BACKWARD by its owner: the same edit rolls out with both new ids
+    registry.set_compatibility(key_subject, "BACKWARD")
+    reconcile_query(w.env, w.current())
+    assert w.status()["rollout"]["step"] == "Verifying"
+    assert registry.get_versions(key_subject) == [1, 2] and registry.get_versions(value_subject) == [1, 2]
+    new_key = registry.get_latest_version(key_subject)
+    assert driver_env(w)["SLUICE_SINK_KEY_SCHEMA_ID"] == str(new_key.schema_id)
+
+
 def test_an_unreachable_registry_is_a_condition_and_a_retry_not_a_half_applied_rollout(
         world: World, schema_registry: Registry) -> None:
     w = world

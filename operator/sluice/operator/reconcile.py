@@ -221,12 +221,10 @@ def _with_sink_schemas(run: QueryRun, seen: Observed, retry: int) -> Observed:
     subjects = version_subjects(run, seen.spec, seen.cluster, seen.ctx, plans)
     running = pinned.hash if pinned is not None else None
     ids = sink_schema_ids(run, seen.spec, seen.cluster, seen.cluster_name, plans, running, retry, subjects)
-    if not ids:
+    if not ids.value:
         return seen
-    key_ids = sink_schema_ids(run, seen.spec, seen.cluster, seen.cluster_name, plans, running, retry,
-                              key=True)
-    return dataclasses.replace(seen, ctx=dataclasses.replace(seen.ctx, sink_schema_ids=ids,
-                                                             sink_key_schema_ids=key_ids))
+    return dataclasses.replace(seen, ctx=dataclasses.replace(seen.ctx, sink_schema_ids=ids.value,
+                                                             sink_key_schema_ids=ids.key))
 
 
 def _source_schemas(run: QueryRun, seen: Observed) -> list[SourceSchemaStatus]:

@@ -5,17 +5,19 @@
   plan of a query a plan ran before (a rollback), are compiled with the schemas that plan pinned
   (``sluice.core.compiler.registry.kept_source_schemas``, ``sluice.operator.desired``), never with a
   subject's later versions.
-* Before the workload is converged, the avro sink schema of the plan asked for, and of the plan that
-  runs, is registered under its subject (idempotent: the same schema keeps its id), and the ids go to
-  the drivers (``SLUICE_SINK_SCHEMA_ID``). A sink schema that changes is first checked against the
-  subject: an incompatible one is refused with the registry's reason (``SchemaIncompatible``) before
-  anything is registered or rolled out.
+* Before the workload is converged, the avro sink schemas (value, and key for ``keyFormat: avro``) of
+  the plan asked for, and of the plan that runs, are registered under their subjects (idempotent: the
+  same schema keeps its id), and the ids go to the drivers (``SLUICE_SINK_SCHEMA_ID``,
+  ``SLUICE_SINK_KEY_SCHEMA_ID``). A sink schema that changes is first checked against its subject: an
+  incompatible one is refused with the registry's reason (``SchemaIncompatible``) before anything,
+  value or key, is registered or rolled out.
 * A registry that does not answer writes ``RegistryUnreachable`` and retries with back-off; nothing is
   half-applied (the workload is not touched in that reconcile).
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 
 from sluice.core.compiler import source_subjects
@@ -40,8 +42,8 @@ from sluice.operator.env import QueryRun, Retry, Stop, _problem, backoff
 from sluice.operator.executor import replace_output_topic
 from sluice.operator.registry import Registry, RegistryRefused, RegistryUnavailable
 
-__all__ = ["check_registry", "latest_source_schemas", "report_source_schemas", "sink_schema_ids", "uses_avro",
-           "version_subjects"]
+__all__ = ["SinkSchemaIds", "check_registry", "latest_source_schemas", "report_source_schemas",
+           "sink_schema_ids", "uses_avro", "version_subjects"]
 
 
 def uses_avro(plan: Plan) -> bool:
@@ -101,58 +103,88 @@ def latest_source_schemas(run: QueryRun, spec: StreamingQuerySpec, query: QueryS
     return out
 
 
-def _value_schema(plan: Plan) -> RegistrySchema | None:
-    return plan.sink.value_schema
+@dataclasses.dataclass(frozen=True)
+class SinkSchemaIds:
+    """The ids of the avro sink schemas of each plan (by hash) that uses avro, under their subjects:
+    ``value`` (None: the sink's value is json) and ``key`` (None: its key is not avro)."""
+
+    value: dict[str, int | None] = dataclasses.field(default_factory=dict)
+    key: dict[str, int | None] = dataclasses.field(default_factory=dict)
 
 
-def _key_schema(plan: Plan) -> RegistrySchema | None:
-    return plan.sink.key_schema
+@dataclasses.dataclass(frozen=True)
+class _Wanted:
+    """One sink schema of one plan, to be registered (``check``: after the registry accepts it)."""
+
+    key: bool
+    plan_hash: str
+    schema: RegistrySchema | None
+    check: bool
+
+    @property
+    def what(self) -> str:
+        return "the sink's new Avro key schema" if self.key else "the sink's new Avro schema"
+
+
+def _wanted(avro_plans: Mapping[str, Plan], running: str | None, subjects: Mapping[str, str] | None,
+            key: bool) -> list[_Wanted]:
+    """The value (or key) sink schema of each plan, the running plan's first, each under its subject; one
+    that differs from the running plan's is to be checked for compatibility."""
+    if key:
+        subjects = None  # a version on a topic of its own keeps the plan's key subject (not done yet)
+
+    def schema_of(plan_hash: str, plan: Plan) -> RegistrySchema | None:
+        schema = plan.sink.key_schema if key else plan.sink.value_schema
+        if schema is not None and subjects and plan_hash in subjects:
+            schema = schema.model_copy(update={"subject": subjects[plan_hash]})
+        return schema
+
+    current = avro_plans.get(running or "")
+    current_schema = schema_of(running or "", current) if current is not None else None
+    out: list[_Wanted] = []
+    for plan_hash, plan in sorted(avro_plans.items(), key=lambda item: item[0] != running):
+        schema = schema_of(plan_hash, plan)
+        check = schema is not None and plan_hash != running and schema != current_schema
+        out.append(_Wanted(key, plan_hash, schema, check))
+    return out
 
 
 def sink_schema_ids(run: QueryRun, spec: StreamingQuerySpec, cluster: QueryClusterSpec, cluster_name: str,
                     plans: Mapping[str, Plan], running: str | None, retry: int,
-                    subjects: Mapping[str, str] | None = None, *, key: bool = False) -> dict[str, int | None]:
-    """For each plan (by hash) that uses avro: the id its avro sink schema has under its subject (None:
-    its sink writes json). ``running``: the hash of the plan that runs (its schema is registered as it
-    is; another plan's schema that differs from it is checked for compatibility first). ``subjects``:
-    the subject of a plan whose version writes a topic of its own (``version_subjects``). ``key``: the
-    same for the sink's avro key schema (``keyFormat: avro``, under ``<topic>-key`` or ``keySubject``)."""
+                    subjects: Mapping[str, str] | None = None) -> SinkSchemaIds:
+    """For each plan (by hash) that uses avro: the ids its avro sink schemas (value, and key for
+    ``keyFormat: avro``, under ``<topic>-key`` or ``keySubject``) have under their subjects.
+    ``running``: the hash of the plan that runs (its schemas are registered as they are; another plan's
+    schema that differs from it is checked for compatibility first). ``subjects``: the value subject of
+    a plan whose version writes a topic of its own (``version_subjects``). Every changed schema, value
+    and key, is checked before any is registered: a refusal leaves the registry as it was."""
     avro_plans = {h: p for h, p in plans.items() if uses_avro(p)}
     if not avro_plans:
-        return {}
+        return SinkSchemaIds()
     if cluster.schema_registry is None:  # a plan pinned before the registry was removed: say so
         check_registry(run, spec, cluster, cluster_name)
-        return {h: None for h in avro_plans}
-    pick = _key_schema if key else _value_schema
-    what = "the sink's new Avro key schema" if key else "the sink's new Avro schema"
-    if key:
-        subjects = None  # a version on a topic of its own keeps the plan's key subject (not done yet)
-        if not any(pick(p) is not None for p in avro_plans.values()):
-            return {h: None for h in avro_plans}
+        return SinkSchemaIds({h: None for h in avro_plans}, {h: None for h in avro_plans})
+    wanted = _wanted(avro_plans, running, subjects, False) + _wanted(avro_plans, running, subjects, True)
+    if all(w.schema is None for w in wanted):  # avro sources only
+        return SinkSchemaIds({h: None for h in avro_plans}, {h: None for h in avro_plans})
     registry = _client(run, spec, cluster, cluster_name, retry)
-    current = avro_plans.get(running or "")
-    current_schema = pick(current) if current is not None else None
-    if current_schema is not None and subjects and running in subjects:
-        current_schema = current_schema.model_copy(update={"subject": subjects[running or ""]})
-    ids: dict[str, int | None] = {}
-    for plan_hash, plan in sorted(avro_plans.items(), key=lambda item: item[0] != running):
-        schema = pick(plan)
-        if schema is None:
-            ids[plan_hash] = None
-            continue
-        if subjects and plan_hash in subjects:
-            schema = schema.model_copy(update={"subject": subjects[plan_hash]})
-        try:
-            if plan_hash != running and schema != current_schema:
-                _refuse_incompatible(run, spec, cluster_name, registry, schema, what)
-            ids[plan_hash] = registry.register(schema.subject, schema.schema_)
-        except RegistryUnavailable as exc:
-            raise _unreachable(run, spec, cluster_name, registry.url, exc, retry) from exc
-        except RegistryRefused as exc:
-            message = f"the schema registry refused {what.replace(' new', '')}: {exc}"
-            _problem(run, spec, Reason.SCHEMA_INCOMPATIBLE, message, {"cluster": cluster_name},
-                     EventReason.SCHEMA_INCOMPATIBLE)
-            raise Stop(message) from exc
+    ids = SinkSchemaIds()
+    try:
+        for w in wanted:
+            if w.check and w.schema is not None:
+                _refuse_incompatible(run, spec, cluster_name, registry, w.schema, w.what)
+        for w in wanted:
+            try:
+                schema = w.schema
+                found = registry.register(schema.subject, schema.schema_) if schema is not None else None
+            except RegistryRefused as exc:
+                message = f"the schema registry refused {w.what.replace(' new', '')}: {exc}"
+                _problem(run, spec, Reason.SCHEMA_INCOMPATIBLE, message, {"cluster": cluster_name},
+                         EventReason.SCHEMA_INCOMPATIBLE)
+                raise Stop(message) from exc
+            (ids.key if w.key else ids.value)[w.plan_hash] = found
+    except RegistryUnavailable as exc:
+        raise _unreachable(run, spec, cluster_name, registry.url, exc, retry) from exc
     return ids
 
 

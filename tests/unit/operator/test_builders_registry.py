@@ -1,6 +1,7 @@
-"""The schema registry on the operator's side (issue 30): the drivers' ``SLUICE_SCHEMA_REGISTRY_*`` and
-``SLUICE_SINK_SCHEMA_ID`` (only for a plan that uses avro; credentials and CA from Secrets, never in the
-spec), and the pure decisions from the registry's answers (``sluice.core.formats.registry``)."""
+"""The schema registry on the operator's side (issue 30): the drivers' ``SLUICE_SCHEMA_REGISTRY_*``,
+``SLUICE_SINK_SCHEMA_ID`` and ``SLUICE_SINK_KEY_SCHEMA_ID`` (only for a plan that uses avro; credentials
+and CA from Secrets, never in the spec), and the pure decisions from the registry's answers
+(``sluice.core.formats.registry``)."""
 
 from __future__ import annotations
 
@@ -43,6 +44,17 @@ def test_a_plan_reading_avro_and_writing_json_gets_the_registry_without_a_sink_i
     assert env["SLUICE_SCHEMA_REGISTRY_URL"] == "http://r:8080"
     assert not {"SLUICE_SINK_SCHEMA_ID", "SLUICE_SCHEMA_REGISTRY_USERNAME",
                 "SLUICE_SCHEMA_REGISTRY_CA"} & set(env)
+
+
+def test_a_plan_writing_an_avro_key_gets_its_key_schema_id_as_the_runtime_reads_it() -> None:
+    from sluice_runtime.avro import AvroSettings
+
+    ctx = context(cluster=cluster_spec(schemaRegistry={"url": "http://r:8080"}), sink_schema_ids={H: None},
+                  sink_key_schema_ids={H: 7})
+    env = env_of(ctx)
+    assert env["SLUICE_SINK_KEY_SCHEMA_ID"] == "7" and "SLUICE_SINK_SCHEMA_ID" not in env
+    settings = AvroSettings.from_env({k: v for k, v in env.items() if isinstance(v, str)})
+    assert settings.sink_key_schema_id == 7 and settings.sink_schema_id is None
 
 
 def test_json_plans_pods_do_not_change_when_a_cluster_gains_a_registry() -> None:
