@@ -67,6 +67,27 @@ def checkpoint_exists(checkpoint: str | Path) -> bool:
     return cs.store_for(checkpoint).exists(cs.join(checkpoint, "metadata"))
 
 
+def committed_offsets(consumer: Any, partitions: list[Any], attempts: int = 10) -> Any:
+    """A group's committed offsets (``read_committed``: pending transactional commits resolved
+    first). A group coordinator that is still loading or moving (a broker that just started)
+    answers with a retriable error: ask again."""
+    from confluent_kafka import KafkaError, KafkaException
+
+    coordinator = {KafkaError.NOT_COORDINATOR, KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
+                   KafkaError.COORDINATOR_NOT_AVAILABLE}
+    for attempt in range(attempts):
+        try:
+            return consumer.committed(partitions, timeout=30)
+        except KafkaException as exc:
+            err = exc.args[0] if exc.args else None
+            retriable = isinstance(err, KafkaError) and (err.code() in coordinator or err.retriable())
+            if not retriable or attempt == attempts - 1:
+                raise
+            log.info("exactly-once sink: marker group not ready (%s), retrying", exc)
+            time.sleep(min(0.2 * 2**attempt, 3.0))
+    raise AssertionError("unreachable")
+
+
 def batch_rows(frame: DataFrame) -> Iterator[tuple[Any, Any]]:
     """An encoded batch's (key, value) rows, one partition at a time (a batch may be larger than
     the driver's memory), the next one computed while this one is consumed. Binary columns (an
@@ -179,29 +200,10 @@ class TransactionalSink:
                 "isolation.level": "read_committed",
             }
         )
-        committed = self._committed_marker([TopicPartition(self.topic, 0)])
+        committed = committed_offsets(self._consumer, [TopicPartition(self.topic, 0)])
         offset = committed[0].offset if committed else -1
         self.last_committed = offset - 1 if offset is not None and offset > 0 else None
         log.info("exactly-once sink: group %s, last committed batch %s", self._group, self.last_committed)
-
-    def _committed_marker(self, partitions: list[Any], attempts: int = 10) -> Any:
-        """The marker group's committed offset; a group coordinator that is still loading or
-        moving (a broker that just started) answers with a retriable error: ask again."""
-        from confluent_kafka import KafkaError, KafkaException
-
-        coordinator = {KafkaError.NOT_COORDINATOR, KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
-                       KafkaError.COORDINATOR_NOT_AVAILABLE}
-        for attempt in range(attempts):
-            try:
-                return self._consumer.committed(partitions, timeout=30)
-            except KafkaException as exc:
-                err = exc.args[0] if exc.args else None
-                retriable = isinstance(err, KafkaError) and (err.code() in coordinator or err.retriable())
-                if not retriable or attempt == attempts - 1:
-                    raise
-                log.info("exactly-once sink: marker group not ready (%s), retrying", exc)
-                time.sleep(min(0.2 * 2**attempt, 3.0))
-        raise AssertionError("unreachable")
 
     def close(self) -> None:
         if self._starting is not None:

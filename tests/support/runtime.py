@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import sys
 import time
 import uuid
 from collections.abc import Iterable, Iterator
@@ -47,6 +49,9 @@ def shared_spark(jars: Iterable[Any]) -> Any:
     nobody stops the session (the JVM ends with the test process).
     """
     from sluice_runtime.session import create_spark
+
+    # Python workers run this interpreter (the runtime image's workers run its venv's python3)
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 
     plan = plan_from_yaml(
         "  shufflePartitions: 2\n  sources:\n    - name: s\n      topic: t\n"
