@@ -341,6 +341,39 @@ def test_the_webhook_reads_the_registry_and_refuses_an_incompatible_sink_change(
     assert any("not compiled here: the operator compiles the query" in text for text in warnings), warnings
 
 
+def test_the_webhook_refuses_an_incompatible_sink_key_change_with_the_registrys_reason(
+        webhook_env: World, schema_registry: Registry) -> None:
+    import kopf
+
+    w = webhook_env
+    avro_world(w, schema_registry)
+    w.add_query(**avro_key_spec(w, BAND, key="band"))
+    reconcile_query(w.env, w.current())
+    registry = client(schema_registry)
+    key_subject = f"{w.topic}-key"
+    registry.set_compatibility(key_subject, "FULL")
+    live = w.current()
+
+    widened = json.loads(json.dumps(live))
+    widened["spec"]["sql"] = BAND_WIDENED  # the value's change is compatible (BACKWARD), the key's is not
+    with pytest.raises(kopf.AdmissionError) as refused:
+        admit("UPDATE", widened, live)
+    said = str(refused.value)
+    assert said.startswith(
+        f"the sink's new Avro key schema is incompatible with subject '{key_subject}'"), said
+    assert "/fields/0/type" in said
+    assert registry.get_versions(key_subject) == [1] and registry.get_versions(f"{w.topic}-value") == [1]
+
+    # a compatible key change (another key column: the record gains a nullable field) is admitted
+    more = json.loads(json.dumps(live))
+    more["spec"]["sink"]["key"] = ["band", "orders"]
+    admit("UPDATE", more, live)
+    # ... and so is the widening once the key subject's level allows it; the webhook registers nothing
+    registry.set_compatibility(key_subject, "BACKWARD")
+    admit("UPDATE", widened, live)
+    assert registry.get_versions(key_subject) == [1]
+
+
 def test_sluice_plan_compiles_an_avro_query_with_the_registry_of_the_environment(
         schema_registry: Registry, tmp_path: Any, capsys: pytest.CaptureFixture[str]) -> None:
     from sluice.commands import plan as plan_command

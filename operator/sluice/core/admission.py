@@ -23,7 +23,7 @@ in ``sluice.crd``, a layer above this one, so they are passed in too (:class:`Sp
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -33,7 +33,12 @@ from sluice.core.classify import classify
 from sluice.core.compiler import CompileTarget, compile_query, source_subjects
 from sluice.core.engine import query_digest
 from sluice.core.errors import CompileError
-from sluice.core.formats.registry import admission_registry_check, backfill_subject, registry_problems
+from sluice.core.formats.registry import (
+    SinkCheck,
+    admission_registry_check,
+    backfill_subject,
+    registry_problems,
+)
 from sluice.core.manifest import validation_problems
 from sluice.core.naming import QueryIdentity
 from sluice.core.plan.model import Plan, RegistrySchema
@@ -204,7 +209,7 @@ def review_query(operation: str, new: Mapping[str, Any], old: Mapping[str, Any] 
                  running_plan: RunningPlan | None = None, unavailable: str | None = None,
                  cluster: Mapping[str, Any] | None = None,
                  schemas: Mapping[str, RegistrySchema] | None = None,
-                 sink_check: Callable[[RegistrySchema], str | None] | None = None) -> Verdict:
+                 sink_check: SinkCheck | None = None) -> Verdict:
     """Admit a CREATE or UPDATE of a StreamingQuery.
 
     ``cluster_upgrade``: the QueryCluster's ``spec.upgrade`` (``{}`` when it has none), None when the
@@ -215,7 +220,7 @@ def review_query(operation: str, new: Mapping[str, Any], old: Mapping[str, Any] 
     on its checkpoint storage (executors on a one-node claim are refused, standbys there warned of).
     ``schemas``: the latest schema of each avro source subject (None: the registry was not asked, so
     a query with avro sources is not compiled here); ``sink_check``: the registry's refusal of an avro
-    sink's new schema (``sluice.core.formats.registry``).
+    sink's new schema, value or key (``sluice.core.formats.registry``).
     """
     if not spec_changed(operation, new, old):
         return allow()
@@ -235,7 +240,8 @@ def review_query(operation: str, new: Mapping[str, Any], old: Mapping[str, Any] 
     except CompileError as exc:
         return deny(compile_message(exc))
     new_hash = plan.hash or plan.compute_hash()
-    avro_sink = query.sink.format == "avro" and running_plan is not None and running_plan.text
+    avro_sink = "avro" in (query.sink.format, query.sink.key_format) and running_plan is not None and \
+        running_plan.text
     running = Plan.from_json(running_plan.text) if avro_sink and running_plan and running_plan.text else None
     base = basis({"status": status}) if running is not None else None
     policy = own_policy or _cluster_policy(cluster_upgrade)

@@ -23,6 +23,8 @@ from collections.abc import Mapping
 from sluice.core.compiler import source_subjects
 from sluice.core.compiler.registry import plan_source_schemas
 from sluice.core.formats.registry import (
+    NEW_KEY_SCHEMA,
+    NEW_VALUE_SCHEMA,
     SourceSchemaStatus,
     describe_behind,
     incompatibility,
@@ -123,7 +125,7 @@ class _Wanted:
 
     @property
     def what(self) -> str:
-        return "the sink's new Avro key schema" if self.key else "the sink's new Avro schema"
+        return NEW_KEY_SCHEMA if self.key else NEW_VALUE_SCHEMA
 
 
 def _wanted(avro_plans: Mapping[str, Plan], running: str | None, subjects: Mapping[str, str] | None,

@@ -56,7 +56,7 @@ def test_without_the_registrys_answer_the_query_is_allowed_with_a_warning() -> N
 def test_an_incompatible_sink_schema_is_refused_with_the_registrys_reason() -> None:
     asked: list[str] = []
 
-    def sink_check(schema: RegistrySchema) -> str | None:
+    def sink_check(schema: RegistrySchema, what: str) -> str | None:
         asked.append(schema.subject)
         return "the sink's new Avro schema is incompatible with subject 'out-value': reader type: STRING"
 
@@ -73,7 +73,7 @@ def test_an_unchanged_sink_schema_is_not_asked_about() -> None:
     old["status"] = {"plan": {"hash": digest, "version": 1, "configMap": f"totals-plan-{digest[:12]}"}}
     new = query("SELECT customer, amount FROM orders WHERE amount > 0", generation=2)
 
-    def sink_check(schema: RegistrySchema) -> str | None:
+    def sink_check(schema: RegistrySchema, what: str) -> str | None:
         raise AssertionError("not asked: the running plan writes this schema already")
 
     verdict = review_query("UPDATE", new, old, {}, models=MODELS, cluster=CLUSTER, schemas=SCHEMAS,
@@ -97,7 +97,7 @@ def test_a_replace_with_backfill_is_checked_against_the_versioned_topics_subject
     new = grouped("SELECT amount, count(*) AS n FROM orders GROUP BY amount", 2)  # a new grouping key
     asked: list[str] = []
 
-    def sink_check(schema: RegistrySchema) -> str | None:
+    def sink_check(schema: RegistrySchema, what: str) -> str | None:
         asked.append(schema.subject)
         return "incompatible" if schema.subject == "out-value" else None
 
@@ -111,3 +111,33 @@ def test_a_replace_with_backfill_is_checked_against_the_versioned_topics_subject
     refused = review_query("UPDATE", no_replace, old, {}, models=MODELS, cluster=CLUSTER, schemas=SCHEMAS,
                            sink_check=sink_check, running_plan=running)
     assert not refused.allowed and asked == ["out-value"]
+
+
+def test_an_avro_sink_key_of_a_json_value_is_checked_under_its_key_subject_when_it_changes() -> None:
+    def keyed(sql: str, generation: int) -> dict[str, Any]:
+        obj = query(sql, generation)
+        obj["spec"]["sink"] = {"topic": "out", "key": ["customer"], "keyFormat": "avro",
+                               "outputMode": "update"}
+        return obj
+
+    old = keyed("SELECT customer, sum(amount) AS total FROM orders GROUP BY customer", 1)
+    plan = compile_query(QuerySpec.model_validate(old["spec"]), CompileTarget(schemas=SCHEMAS))
+    old["status"] = {"plan": {"hash": plan.hash, "version": 1, "configMap": f"totals-plan-{plan.hash[:12]}"}}
+    running = RunningPlan(f"totals-plan-{plan.hash[:12]}", plan.to_json())
+    asked: list[tuple[str, str]] = []
+
+    def sink_check(schema: RegistrySchema, what: str) -> str | None:
+        asked.append((schema.subject, what))
+        return f"{what} is incompatible with subject {schema.subject!r}"
+
+    same_key = keyed("SELECT customer, sum(amount) AS total FROM orders WHERE amount > 0 "
+                     "GROUP BY customer", 2)
+    assert review_query("UPDATE", same_key, old, {}, models=MODELS, cluster=CLUSTER, schemas=SCHEMAS,
+                        sink_check=sink_check, running_plan=running).allowed
+    assert asked == []  # the running plan writes this key schema already
+    retyped = keyed("SELECT cast(customer AS binary) AS customer, sum(amount) AS total FROM orders "
+                    "GROUP BY customer", 2)
+    verdict = review_query("UPDATE", retyped, old, {}, models=MODELS, cluster=CLUSTER, schemas=SCHEMAS,
+                           sink_check=sink_check, running_plan=running)
+    assert asked == [("out-key", "the sink's new Avro key schema")]
+    assert not verdict.allowed and "key schema is incompatible with subject 'out-key'" in verdict.message

@@ -18,8 +18,8 @@ from sluice.core.records import StatusModel
 from sluice.core.replace import backfill_output_topic
 from sluice.core.spec import QuerySpec, UpgradePolicy, topic_subject
 
-__all__ = ["SourceSchemaStatus", "admission_registry_check", "backfill_subject", "changed_sink_schema",
-           "describe_behind",
+__all__ = ["NEW_KEY_SCHEMA", "NEW_VALUE_SCHEMA", "SinkCheck", "SourceSchemaStatus",
+           "admission_registry_check", "backfill_subject", "changed_sink_schema", "describe_behind",
            "incompatibility", "newly_behind", "registry_problems", "source_schema_report",
            "versioned_subject"]
 
@@ -41,8 +41,13 @@ def registry_problems(query: QuerySpec, cluster_name: str, has_registry: bool) -
     return problems
 
 
-def incompatibility(subject: str, answer: Mapping[str, Any],
-                    what: str = "the sink's new Avro schema") -> str | None:
+#: what a refusal names: the sink's value schema, or its key schema (``keyFormat: avro``)
+NEW_VALUE_SCHEMA, NEW_KEY_SCHEMA = "the sink's new Avro schema", "the sink's new Avro key schema"
+#: the registry's refusal (None: accepted or not asked) of an avro sink schema, named as the second argument
+SinkCheck = Callable[[RegistrySchema, str], "str | None"]
+
+
+def incompatibility(subject: str, answer: Mapping[str, Any], what: str = NEW_VALUE_SCHEMA) -> str | None:
     """Why the registry refuses a schema under ``subject`` (None: compatible), from its answer to
     ``POST /compatibility/subjects/<subject>/versions/latest?verbose=true``: Confluent's registry gives
     ``messages`` (a list), Apicurio's ccompat API a ``reason``."""
@@ -55,25 +60,33 @@ def incompatibility(subject: str, answer: Mapping[str, Any],
             f"level, so it cannot be changed in place: {detail}")
 
 
-def changed_sink_schema(plan: Plan, running: Plan | None) -> RegistrySchema | None:
+def changed_sink_schema(plan: Plan, running: Plan | None, key: bool = False) -> RegistrySchema | None:
     """The avro sink schema of ``plan`` that the registry must accept under its subject: None when the
-    sink writes json, or when the running plan writes the same schema to the same subject already."""
-    schema = plan.sink.value_schema
-    if schema is None or (running is not None and running.sink.value_schema == schema):
+    sink writes json, or when the running plan writes the same schema to the same subject already.
+    ``key``: the sink's avro key schema instead (``keyFormat: avro``)."""
+    schema = plan.sink.key_schema if key else plan.sink.value_schema
+    if schema is None or (running is not None and (running.sink.key_schema if key else
+                                                   running.sink.value_schema) == schema):
         return None
     return schema
 
 
 def admission_registry_check(query: QuerySpec, plan: Plan, running: Plan | None,
-                             sink_check: Callable[[RegistrySchema], str | None] | None,
-                             subject: str | None = None) -> str | None:
-    """Why the admission webhook refuses ``plan``'s sink schema (``sink_check``: the kopf side's question
-    to the registry, answered with :func:`incompatibility`), or None. ``subject``: the subject of a
-    version that writes a topic of its own (:func:`backfill_subject`)."""
+                             sink_check: SinkCheck | None, subject: str | None = None) -> str | None:
+    """Why the admission webhook refuses ``plan``'s sink schemas (``sink_check``: the kopf side's question
+    to the registry, answered with :func:`incompatibility`), or None: the value schema, then the key
+    schema of an avro key. ``subject``: the value subject of a version that writes a topic of its own
+    (:func:`backfill_subject`; the key keeps its subject there, as the operator registers it)."""
+    if sink_check is None:
+        return None
     schema = changed_sink_schema(plan, running) if query.sink.format == "avro" else None
     if schema is not None and subject is not None:
         schema = schema.model_copy(update={"subject": subject})
-    return sink_check(schema) if schema is not None and sink_check is not None else None
+    refused = sink_check(schema, NEW_VALUE_SCHEMA) if schema is not None else None
+    key_schema = changed_sink_schema(plan, running, key=True) if query.sink.key_format == "avro" else None
+    if refused is None and key_schema is not None:
+        refused = sink_check(key_schema, NEW_KEY_SCHEMA)
+    return refused
 
 
 def backfill_subject(plan: Plan, running: Plan | None, policy: UpgradePolicy, identity: QueryIdentity

@@ -34,7 +34,7 @@ from pydantic import ValidationError
 from sluice.core import admission
 from sluice.core.admission import RunningPlan, SpecModels, Verdict
 from sluice.core.compiler import source_subjects
-from sluice.core.formats.registry import incompatibility
+from sluice.core.formats.registry import SinkCheck, incompatibility
 from sluice.core.naming import PLAN_FILE
 from sluice.core.plan.model import RegistrySchema
 from sluice.crd.querycluster import QueryClusterSpec
@@ -91,7 +91,6 @@ def _review_query(operation: str, new: dict[str, Any], old: dict[str, Any] | Non
                                   schemas=schemas, sink_check=sink_check)
 
 
-SinkCheck = Callable[[RegistrySchema], "str | None"]
 #: seconds each of the webhook's (at most two) registry requests may take: its answer, Kubernetes
 #: reads included, has to come within the configuration's timeoutSeconds (10 by default)
 REGISTRY_TIMEOUT = 3.0
@@ -100,13 +99,14 @@ REGISTRY_TIMEOUT = 3.0
 def _registry_inputs(ns: str, new: dict[str, Any], cluster_spec: dict[str, Any] | None
                      ) -> tuple[dict[str, RegistrySchema] | None, SinkCheck | None, str | None]:
     """What the review asks of the QueryCluster's schema registry: the latest schema of each avro source
-    subject, and the check of an avro sink's new schema (None, None, why: not asked)."""
+    subject, and the check of an avro sink's new schema, value or key (None, None, why: not asked)."""
     try:
         query = StreamingQuerySpec.model_validate(new.get("spec") or {}).query()
         settings = QueryClusterSpec.model_validate(cluster_spec).schema_registry if cluster_spec else None
     except ValidationError:
         return None, None, None  # the review refuses the spec, or the operator reports the cluster
-    if settings is None or (not source_subjects(query) and query.sink.format != "avro"):
+    if settings is None or (not source_subjects(query) and "avro" not in (query.sink.format,
+                                                                          query.sink.key_format)):
         return None, None, None
     try:
         registry = env().registry(ns, settings, timeout=REGISTRY_TIMEOUT)
@@ -114,13 +114,13 @@ def _registry_inputs(ns: str, new: dict[str, Any], cluster_spec: dict[str, Any] 
     except (RegistryUnavailable, RegistryRefused) as exc:
         return None, None, f"the schema registry at {settings.url}: {exc}"
 
-    def sink_check(schema: RegistrySchema) -> str | None:
+    def sink_check(schema: RegistrySchema, what: str) -> str | None:
         try:
             answer = registry.compatibility(schema.subject, schema.schema_)
         except (RegistryUnavailable, RegistryRefused) as exc:
             log.warning("admission: the compatibility of %s not checked: %s", schema.subject, exc)
             return None  # the operator checks it again before it registers the schema
-        return incompatibility(schema.subject, answer) if answer is not None else None
+        return incompatibility(schema.subject, answer, what) if answer is not None else None
 
     return schemas, sink_check, None
 
