@@ -3,8 +3,10 @@ schema registry (Apicurio, Confluent-compatible API; global compatibility BACKWA
 
 A new avro query pins the latest version of its source subject (a later version leaves the pinned plan
 as it is), registers its sink schema at rollout and hands the id to the drivers
-(``SLUICE_SINK_SCHEMA_ID``); an incompatible sink change is refused with the registry's reason before
-anything rolls; a registry that does not answer is a RegistryUnreachable condition and a retry.
+(``SLUICE_SINK_SCHEMA_ID``; an avro sink key's under ``<topic>-key``, ``SLUICE_SINK_KEY_SCHEMA_ID``); an
+incompatible sink change, value or key, is refused with the registry's reason before anything is
+registered or rolls, by the reconcile and by the admission webhook; a registry that does not answer is
+a RegistryUnreachable condition and a retry.
 """
 
 from __future__ import annotations
