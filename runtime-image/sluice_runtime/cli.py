@@ -84,6 +84,7 @@ from sluice.core.replace import (
 
 from sluice_runtime.avro import AvroConfigError, AvroSettings, startup_problems
 from sluice_runtime.config import (
+    EOS_WRITERS,
     ObjectStoreConfigError,
     RunConfig,
     StartFromError,
@@ -269,6 +270,9 @@ def resolve_config(args: argparse.Namespace, env: Mapping[str, str]) -> RunConfi
         avro_settings = AvroSettings.from_env(env)
     except AvroConfigError as exc:
         raise ConfigError(str(exc)) from None
+    eos_writers = (env.get("SLUICE_EOS_WRITERS") or "driver").strip()
+    if eos_writers not in EOS_WRITERS:
+        raise ConfigError(f"SLUICE_EOS_WRITERS: {eos_writers!r} is neither of {', '.join(EOS_WRITERS)}")
     return RunConfig(
         plan=plan,
         checkpoint=checkpoint,
@@ -294,6 +298,7 @@ def resolve_config(args: argparse.Namespace, env: Mapping[str, str]) -> RunConfi
         engine=(env.get(ENGINE_ENV) or "").strip(),
         memory=memory_from_env(env),
         avro=avro_settings,
+        eos_writers=eos_writers,
     )
 
 
@@ -420,6 +425,7 @@ def execute(config: RunConfig) -> int:
                 security=config.kafka,
                 consumer_group=config.consumer_group,
                 transactional_id=config.transactional_id,
+                eos_writers=config.eos_writers,
                 start_from=config.start_from,
                 avro=avro,
             )

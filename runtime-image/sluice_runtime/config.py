@@ -55,6 +55,13 @@ class RunConfig:
     #: the schema registry (``SLUICE_SCHEMA_REGISTRY_URL``, ``_USERNAME``, ``_PASSWORD``) and the id
     #: the operator registered an avro sink's schema under (``SLUICE_SINK_SCHEMA_ID``)
     avro: AvroSettings = field(default_factory=AvroSettings)
+    #: who writes exactly-once output (``SLUICE_EOS_WRITERS``): ``driver``, one transactional
+    #: producer in the driver (:mod:`sluice_runtime.sink_exactly_once`), or ``tasks``, a transaction
+    #: per output partition written by the tasks (:mod:`sluice_runtime.eos_tasks`)
+    eos_writers: str = "driver"
+
+
+EOS_WRITERS = ("driver", "tasks")
 
 
 EARLIEST = "earliest"

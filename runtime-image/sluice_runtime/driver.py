@@ -343,7 +343,8 @@ def _fresh_start(config: RunConfig, prepared: Prepared,
 
     offsets: dict[str, str] = {}
     if config.previous is not None:
-        start = hand_off_start(config.previous, prepared.plan, config.bootstrap, config.kafka)
+        start = hand_off_start(config.previous, prepared.plan, config.bootstrap, config.kafka,
+                               config.eos_writers)
         if start.checkpoint is not None:
             last = epochs.last_commit_time(start.checkpoint)
             before = (-1, last[1]) if last is not None else before
@@ -399,7 +400,7 @@ def _run_term(config: RunConfig, prepared: Prepared, state: RuntimeState, drain_
         gate = drain_mod.BatchGate(guard=elector.may_write)
         pipeline = start_pipeline(prepared, checkpoint=str(checkpoint), available_now=config.available_now,
                                   transactional_id=config.transactional_id, gate=gate,
-                                  defer_dead_letters=True)
+                                  defer_dead_letters=True, eos_writers=config.eos_writers)
         begun = time.monotonic()
     except StartRefused as refused:
         print(f"sluice-runtime: not started: {refused.error_class}: {refused.message}", file=sys.stderr)
@@ -455,7 +456,8 @@ def _run_term(config: RunConfig, prepared: Prepared, state: RuntimeState, drain_
             try:
                 pipeline = start_pipeline(prepared, checkpoint=str(checkpoint), gate=gate,
                                           available_now=config.available_now,
-                                          transactional_id=config.transactional_id)
+                                          transactional_id=config.transactional_id,
+                                          eos_writers=config.eos_writers)
             except Exception as exc:
                 reports.report_exception(api, namespace, pod, plan, plan_hash, reports.ACTIVE, exc)
                 elector.release()

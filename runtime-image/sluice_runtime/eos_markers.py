@@ -88,3 +88,20 @@ def is_fenced_failure(text: str) -> bool:
     """Whether a failed batch's error says its driver run was fenced (a task's FENCED_INSTANCE_ID,
     wrapped by Spark and Py4J)."""
     return FENCED_TEXT in text or "FENCED_INSTANCE_ID" in text
+
+
+class PartialBatch(RuntimeError):
+    """The previous version's tasks committed output of a batch its checkpoint does not record:
+    whether every partition of it is out cannot be told, so a hand-off cannot start after it."""
+
+
+def hand_off_batch(task_batch: int | None, last_commit: int | None) -> int | None:
+    """The last batch of a previous version written by tasks whose output is wholly out: its
+    checkpoint's last commit (Spark records a batch only after every task of it committed). A batch
+    some task committed beyond that one may be partly out: :class:`PartialBatch`."""
+    if task_batch is not None and (last_commit is None or task_batch > last_commit):
+        raise PartialBatch(
+            f"the previous version's tasks committed output of batch {task_batch}, which its "
+            f"checkpoint does not record (last commit: {last_commit}): the batch may be partly "
+            "written. Let the previous version's driver finish it (scale it up again), then replace")
+    return last_commit

@@ -178,7 +178,13 @@ class FenceMember:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
-    def join(self, timeout: float = 60.0) -> None:
+    @property
+    def consumer(self) -> Any:
+        return self._consumer
+
+    def join(self, timeout: float = 60.0, keep: bool = True) -> None:
+        """Join as the static member (fences the older one at once); ``keep``: keep the membership
+        alive from a thread of its own until :meth:`close`."""
         from confluent_kafka import Consumer
 
         self._consumer = Consumer({
@@ -193,8 +199,9 @@ class FenceMember:
             self._poll(0.1)
         self._consumer.pause(self._consumer.assignment())
         self._metadata = bytes(self._consumer.consumer_group_metadata())
-        self._thread = threading.Thread(target=self._keep, name="eos-fence-member", daemon=True)
-        self._thread.start()
+        if keep:
+            self._thread = threading.Thread(target=self._keep, name="eos-fence-member", daemon=True)
+            self._thread.start()
         log.info("exactly-once tasks: joined %s as %s", self.group, FENCE_INSTANCE)
 
     def _poll(self, timeout: float) -> None:
@@ -229,6 +236,21 @@ class FenceMember:
         if self._consumer is not None:
             self._consumer.close()  # a static member does not leave: the next driver replaces it
             self._consumer = None
+
+
+def fence_and_read_last_batch(client: dict[str, Any], group: str, topic: str) -> int | None:
+    """Join ``group`` as its active driver (fences every task of the version that used it) and read
+    the last batch any of its tasks committed (None: none)."""
+    from confluent_kafka import TopicPartition
+
+    member = FenceMember(client, group, topic)
+    member.join(keep=False)
+    try:
+        found = committed_offsets(member.consumer, [TopicPartition(topic, 0)])
+        offset = found[0].offset if found else None
+        return offset - 1 if offset is not None and offset > 0 else None
+    finally:
+        member.close()
 
 
 class TaskSink:

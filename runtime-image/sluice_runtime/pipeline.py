@@ -36,6 +36,7 @@ from sluice_runtime import avro as avro_mod
 from sluice_runtime import kafka_admin
 from sluice_runtime.avro import AvroSettings
 from sluice_runtime.drain import BatchGate, Drainable, last_offsets
+from sluice_runtime.eos_tasks import TaskSink
 from sluice_runtime.frames import build_frames, query_name
 from sluice_runtime.kafka_security import KafkaSecurity
 from sluice_runtime.sink_exactly_once import TransactionalSink
@@ -57,7 +58,7 @@ class Pipeline:
     gate: BatchGate
     dead_letter: dict[str, StreamingQuery] = field(default_factory=dict)
     dead_letter_checkpoints: dict[str, str] = field(default_factory=dict)
-    eos_sink: TransactionalSink | None = None
+    eos_sink: TransactionalSink | TaskSink | None = None
     observations: dict[str, str] = field(default_factory=dict)
     #: dead-letter queries not started yet (``start_pipeline(defer_dead_letters=True)``)
     deferred: list[Callable[[], Any]] = field(default_factory=list)
@@ -257,6 +258,7 @@ def build_pipeline(
     gate: BatchGate | None = None,
     start_from: str | None = None,
     avro: AvroSettings | None = None,
+    eos_writers: str = "driver",
 ) -> Pipeline:
     """Start the plan's queries. ``security`` applies to every Kafka client (Spark's source and
     sink, the exactly-once producer, the admin client); ``consumer_group`` and
@@ -268,7 +270,7 @@ def build_pipeline(
                                 consumer_group=consumer_group, start_from=start_from if fresh else None,
                                 avro=avro)
     return start_pipeline(prepared, checkpoint=checkpoint, available_now=available_now,
-                          transactional_id=transactional_id, gate=gate)
+                          transactional_id=transactional_id, gate=gate, eos_writers=eos_writers)
 
 
 def start_pipeline(
@@ -279,12 +281,15 @@ def start_pipeline(
     transactional_id: str | None = None,
     gate: BatchGate | None = None,
     defer_dead_letters: bool = False,
+    eos_writers: str = "driver",
 ) -> Pipeline:
     """Start a prepared pipeline on ``checkpoint``. The exactly-once producer is initialised while
     the queries start (that fences every older driver of the same transactional id), and before
-    the first write. ``defer_dead_letters``: start the main query only; the dead-letter queries
-    start with :meth:`Pipeline.start_deferred` (a takeover's first batch then has the CPU to
-    itself: the dead-letter queries resume from their own checkpoints a moment later)."""
+    the first write (``eos_writers``: who writes exactly-once output, see
+    :attr:`sluice_runtime.config.RunConfig.eos_writers`). ``defer_dead_letters``: start the main
+    query only; the dead-letter queries start with :meth:`Pipeline.start_deferred` (a takeover's
+    first batch then has the CPU to itself: the dead-letter queries resume from their own
+    checkpoints a moment later)."""
     plan, ctx, frames, query_id = prepared.plan, prepared.ctx, prepared.frames, prepared.query_id
     bootstrap, security, consumer_group = ctx.bootstrap, ctx.security, ctx.consumer_group
     sink = plan.sink
@@ -298,9 +303,9 @@ def start_pipeline(
 
         return write
 
-    eos: TransactionalSink | None = None
+    eos: TransactionalSink | TaskSink | None = None
     if sink.delivery == "exactlyOnce":
-        eos = TransactionalSink(
+        eos = (TaskSink if eos_writers == "tasks" else TransactionalSink)(
             bootstrap=bootstrap, topic=sink.topic, query_id=query_id, checkpoint=checkpoint,
             security=security, transactional_id=transactional_id, consumer_group=consumer_group,
         )

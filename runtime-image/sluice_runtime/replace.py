@@ -33,8 +33,10 @@ from sluice.core.replace import (
 from sluice_runtime import checkpointstore as cs
 from sluice_runtime import epochs
 from sluice_runtime.drain import last_commit
+from sluice_runtime.eos_markers import PartialBatch, hand_off_batch
+from sluice_runtime.eos_tasks import fence_and_read_last_batch, fence_group
 from sluice_runtime.frames import source_topics
-from sluice_runtime.kafka_security import KafkaSecurity
+from sluice_runtime.kafka_security import KafkaSecurity, librdkafka_config
 from sluice_runtime.sink_exactly_once import TransactionalSink
 
 log = logging.getLogger(__name__)
@@ -66,9 +68,22 @@ def newest_checkpoint(base: str | Path) -> str | Path | None:
 
 
 def fence_and_read_marker(previous: PreviousVersion, checkpoint: str | Path, bootstrap: str,
-                          security: KafkaSecurity) -> int | None:
+                          security: KafkaSecurity, writers: str = "driver") -> int | None:
     """Fence the previous version's transactional id, then read its commit marker (offset): what
-    a restarted driver of that version does, with its own exactly-once sink."""
+    a restarted driver of that version does, with its own exactly-once sink. ``writers="tasks"``:
+    the previous version's tasks wrote its output (:mod:`sluice_runtime.eos_tasks`): its fence
+    group is joined instead, and the marker is its checkpoint's last commit, refused when a task
+    committed a later batch (:func:`sluice_runtime.eos_markers.hand_off_batch`)."""
+    if writers == "tasks":
+        group = fence_group("", previous.consumer_group)
+        task_batch = fence_and_read_last_batch(librdkafka_config(bootstrap, security), group,
+                                               previous.sink_topic)
+        log.info("replace: fenced the previous version's tasks (%s); their last batch %s", group, task_batch)
+        try:
+            batch = hand_off_batch(task_batch, last_commit(checkpoint))
+        except PartialBatch as exc:
+            raise HandOffError(f"version {previous.version}: {exc}") from exc
+        return None if batch is None else batch + 1
     sink = TransactionalSink(bootstrap=bootstrap, topic=previous.sink_topic, query_id="",
                              checkpoint=str(checkpoint), security=security,
                              transactional_id=previous.transactional_id,
@@ -82,7 +97,7 @@ def fence_and_read_marker(previous: PreviousVersion, checkpoint: str | Path, boo
 
 
 def hand_off_start(previous: PreviousVersion, plan: Plan, bootstrap: str,
-                   security: KafkaSecurity) -> HandOffStart:
+                   security: KafkaSecurity, writers: str = "driver") -> HandOffStart:
     """Where the new version starts (fences the previous version's producer first)."""
     checkpoint = newest_checkpoint(previous.checkpoint)
     if checkpoint is None:
@@ -91,7 +106,7 @@ def hand_off_start(previous: PreviousVersion, plan: Plan, bootstrap: str,
         return HandOffStart(None, None, missing=source_topics(plan))
     marker = None
     if previous.exactly_once:
-        marker = fence_and_read_marker(previous, checkpoint, bootstrap, security)
+        marker = fence_and_read_marker(previous, checkpoint, bootstrap, security, writers)
     batch = last_output_batch(exactly_once=previous.exactly_once, marker=marker,
                               last_commit=last_commit(checkpoint))
     if batch is None:

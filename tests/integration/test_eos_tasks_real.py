@@ -162,3 +162,33 @@ def test_a_driver_fenced_by_a_newer_one_cannot_commit(spark: Any, kafka: str, tm
         zombie.close()
         if live is not None:
             live.close()
+
+
+def test_a_hand_off_fences_the_previous_version_s_tasks_and_starts_after_its_recorded_batch(
+        spark: Any, kafka: str, tmp_path: Path) -> None:
+    from sluice.core.records import PreviousVersion
+    from sluice_runtime.kafka_security import KafkaSecurity
+    from sluice_runtime.replace import HandOffError, fence_and_read_marker
+
+    topic, group = unique("eos-tasks"), unique("group")
+    create_topic(kafka, topic)
+    checkpoint = _checkpoint(tmp_path)
+    previous = TaskSink(bootstrap=kafka, topic=topic, query_id=unique("q"), checkpoint=checkpoint,
+                        consumer_group=group)
+    previous.start()
+    try:
+        for batch in (0, 1):
+            previous.write_batch(_frame(spark, batch * 10, 10, 2), batch)
+        (tmp_path / "commits").mkdir()
+        (tmp_path / "commits" / "0").write_text("v1\n{}\n")  # Spark recorded batch 0, not yet 1
+        record = PreviousVersion(version=1, plan_hash="h", checkpoint=checkpoint, consumer_group=group,
+                                 transactional_id="sluice-t", sink_topic=topic, exactly_once=True)
+        with pytest.raises(HandOffError, match="batch 1, which its checkpoint does not record"):
+            fence_and_read_marker(record, checkpoint, kafka, KafkaSecurity(), writers="tasks")
+        (tmp_path / "commits" / "1").write_text("v1\n{}\n")
+        assert fence_and_read_marker(record, checkpoint, kafka, KafkaSecurity(), writers="tasks") == 2
+        with pytest.raises(FencedError):  # the previous version's driver is fenced for good
+            previous.write_batch(_frame(spark, 20, 10, 2), 2)
+        assert _values(kafka, topic, expect=20) == Counter(f"v{i}" for i in range(20))
+    finally:
+        previous.close()

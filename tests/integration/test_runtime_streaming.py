@@ -73,8 +73,10 @@ def run_available_now(spark: Any, plan: Plan, kafka: str, checkpoint: Path, quer
     return pipe
 
 
-@pytest.mark.parametrize("delivery", ["atLeastOnce", "exactlyOnce"])
-def test_stateless_and_stateful_plans(spark: Any, kafka: str, tmp_path: Path, delivery: str) -> None:
+@pytest.mark.parametrize(("delivery", "writers"), [("atLeastOnce", "driver"), ("exactlyOnce", "driver"),
+                                                   ("exactlyOnce", "tasks")])
+def test_stateless_and_stateful_plans(spark: Any, kafka: str, tmp_path: Path, delivery: str,
+                                      writers: str) -> None:
     src, out, agg_out = unique("orders"), unique("out"), unique("agg")
     create_topic(kafka, src, partitions=2)
     orders = _orders(200)
@@ -88,8 +90,13 @@ def test_stateless_and_stateful_plans(spark: Any, kafka: str, tmp_path: Path, de
             sink_extra=extra + ", key: [order_id]",
         )
     )
-    pipe = run_available_now(spark, plan, kafka, tmp_path / "a", unique("q"))
+    pipe = run_available_now(spark, plan, kafka, tmp_path / "a", unique("q"), eos_writers=writers)
     assert pipe.main.exception() is None
+    if delivery == "exactlyOnce":  # the tasks wrote each of the source's 2 partitions
+        sink = pipe.eos_sink
+        assert type(sink).__name__ == {"driver": "TransactionalSink", "tasks": "TaskSink"}[writers]
+        if writers == "tasks":
+            assert [r.partition for r in sink.last_partitions] == [0, 1]
     records = consume(kafka, out, expect=1)
     got = sorted((k.decode(), json.loads(v)["doubled"]) for k, v, _ in records)
     assert got == sorted((o["order_id"], o["amount"] * 2) for o in orders if o["amount"] > 3)
@@ -102,7 +109,7 @@ def test_stateless_and_stateful_plans(spark: Any, kafka: str, tmp_path: Path, de
             sink_extra=extra + ", outputMode: update",
         )
     )
-    run_available_now(spark, agg, kafka, tmp_path / "b", unique("q"))
+    run_available_now(spark, agg, kafka, tmp_path / "b", unique("q"), eos_writers=writers)
     final = {r["customer"]: (r["n"], r["total"]) for r in consume_json(kafka, agg_out, expect=4)}
     expected: dict[str, tuple[int, float]] = {}
     for o in orders:

@@ -254,3 +254,10 @@ def test_the_executor_pod_template_is_written_for_spark(tmp_path: typing.Any) ->
     for bad in ("{not json", '["a"]', '{"kind": "Service"}'):
         with pytest.raises(cli.ConfigError, match="SLUICE_EXECUTOR_POD_TEMPLATE"):
             _resolve(base, {"SLUICE_EXECUTOR_POD_TEMPLATE": bad})
+
+
+def test_who_writes_exactly_once_output_defaults_to_the_driver_and_takes_the_tasks() -> None:
+    assert _resolve([], REQUIRED).eos_writers == "driver"
+    assert _resolve([], {**REQUIRED, "SLUICE_EOS_WRITERS": "tasks"}).eos_writers == "tasks"
+    with pytest.raises(cli.ConfigError, match="SLUICE_EOS_WRITERS: 'executors'"):
+        _resolve([], {**REQUIRED, "SLUICE_EOS_WRITERS": "executors"})

@@ -49,3 +49,21 @@ def test_a_fenced_task_is_told_apart_from_other_failures() -> None:
     assert em.is_fenced_failure(f"py4j ... RuntimeError: {em.FENCED_TEXT}: batch 3")
     assert em.is_fenced_failure("KafkaError{code=FENCED_INSTANCE_ID,val=82}")
     assert not em.is_fenced_failure("KafkaError{code=_MSG_TIMED_OUT}")
+
+
+@pytest.mark.parametrize(("task_batch", "last_commit", "expected"), [
+    (None, None, None),  # the previous version wrote nothing
+    (None, 3, 3),        # its batches were empty of output
+    (3, 3, 3),           # drained: its checkpoint records the last batch its tasks wrote
+    (2, 3, 3),
+])
+def test_a_hand_off_starts_after_the_previous_version_s_last_recorded_batch(
+        task_batch: int | None, last_commit: int | None, expected: int | None) -> None:
+    assert em.hand_off_batch(task_batch, last_commit) == expected
+
+
+@pytest.mark.parametrize(("task_batch", "last_commit"), [(4, 3), (0, None)])
+def test_a_hand_off_after_a_batch_only_the_tasks_know_of_is_refused(task_batch: int,
+                                                                   last_commit: int | None) -> None:
+    with pytest.raises(em.PartialBatch, match=f"batch {task_batch}, which its checkpoint does not record"):
+        em.hand_off_batch(task_batch, last_commit)
