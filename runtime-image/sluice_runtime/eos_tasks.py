@@ -34,6 +34,8 @@ from sluice_runtime import eos_markers as em
 from sluice_runtime.kafka_security import KafkaSecurity, librdkafka_config
 from sluice_runtime.sink_exactly_once import (
     FencedError,
+    TransactionalSink,
+    checkpoint_exists,
     checkpoint_id,
     committed_offsets,
     default_transactional_id,
@@ -269,6 +271,12 @@ class TaskSink:
         self.producer = librdkafka_config(bootstrap, security, "producer")
         self.run = uuid.uuid4().hex[:12]
         self.member = FenceMember(self.client, fence_group(query_id, consumer_group), topic)
+        #: the driver-side sink of the same query identity (a driver before a switch of writers):
+        #: fenced at start, and its marker read, so a batch it committed is not written again
+        self._driver_sink: TransactionalSink | None = TransactionalSink(
+            bootstrap=bootstrap, topic=topic, query_id=query_id, checkpoint=checkpoint, security=security,
+            transactional_id=self.transactional_base, consumer_group=consumer_group)
+        self.driver_marker: int | None = None
         self._fenced = False
         self.last_committed: int | None = None
         self.skipped: list[int] = []
@@ -283,9 +291,14 @@ class TaskSink:
 
     def start(self) -> None:
         """Join the fence group in the background while the query starts (fences older drivers'
-        tasks before this one's first write)."""
+        tasks before this one's first write), and fence the driver-side producer of the query
+        identity (a driver that wrote before the writers were switched)."""
         def run() -> None:
             try:
+                assert self._driver_sink is not None
+                self._driver_sink.init()
+                if checkpoint_exists(self.checkpoint):
+                    self._read_driver_marker()
                 self.member.join()
             except BaseException as exc:  # re-raised by the first write
                 self._start_error = exc
@@ -301,15 +314,31 @@ class TaskSink:
             error, self._start_error = self._start_error, None
             raise error
 
+    def _read_driver_marker(self) -> None:
+        """The last batch the driver-side sink committed on this checkpoint (then it is closed)."""
+        if self._driver_sink is None:
+            return
+        self._driver_sink._ensure_marker()
+        self.driver_marker = self._driver_sink.last_committed
+        self._driver_sink.close()
+        self._driver_sink = None
+        if self.driver_marker is not None:
+            log.info("exactly-once tasks: the driver-side sink committed up to batch %s", self.driver_marker)
+
     def write_batch(self, frame: DataFrame, batch_id: int) -> bool:
         """Write an encoded (key, value) frame from its tasks; False when every partition of it
-        was already committed."""
+        was already committed (by tasks, or by the driver-side sink before a switch)."""
         started = time.monotonic()
         self.last_timings = {}
         self._await_start()
+        self._read_driver_marker()
         self.last_timings["init"] = time.monotonic() - started
         if self.fenced:
             raise FencedError(f"query {self.query_id}: a newer driver joined the fence group")
+        if self.driver_marker is not None and batch_id <= self.driver_marker:
+            log.info("exactly-once tasks: batch %s committed by the driver-side sink, skipped", batch_id)
+            self.skipped.append(batch_id)
+            return False
         rdd = frame.select("key", "value").rdd
         batch = TaskBatch(
             client=self.client, producer=self.producer, topic=self.topic,
@@ -341,4 +370,7 @@ class TaskSink:
         if self._starting is not None:
             self._starting.join()
             self._starting = None
+        if self._driver_sink is not None:
+            self._driver_sink.close()
+            self._driver_sink = None
         self.member.close()

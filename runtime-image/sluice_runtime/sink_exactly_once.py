@@ -230,7 +230,7 @@ class TransactionalSink:
         return written
 
     def write_rows(self, rows: Any, batch_id: int) -> bool:
-        from confluent_kafka import KafkaException, TopicPartition
+        from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
         if self.fenced:
             raise FencedError(f"query {self.query_id}: producer fenced by a newer driver")
@@ -262,7 +262,10 @@ class TransactionalSink:
             self.last_timings["commit"] = time.monotonic() - committing
         except KafkaException as exc:
             err = exc.args[0] if exc.args else None
-            fatal = bool(err is not None and hasattr(err, "fatal") and err.fatal())
+            # a producer fenced between two transactions learns it when it next produces: the
+            # error then is the local _FATAL ("Unable to produce message"), not flagged fatal
+            fatal = bool(err is not None and hasattr(err, "fatal") and (
+                err.fatal() or err.code() == KafkaError._FATAL))
             if fatal or "fenced" in str(exc).lower():
                 self.fenced = True
                 raise FencedError(

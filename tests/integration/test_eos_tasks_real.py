@@ -192,3 +192,29 @@ def test_a_hand_off_fences_the_previous_version_s_tasks_and_starts_after_its_rec
         assert _values(kafka, topic, expect=20) == Counter(f"v{i}" for i in range(20))
     finally:
         previous.close()
+
+
+def test_a_switch_from_the_driver_s_writer_skips_what_it_committed_and_fences_it(
+        spark: Any, kafka: str, tmp_path: Path) -> None:
+    from sluice_runtime.sink_exactly_once import TransactionalSink
+
+    topic, query = unique("eos-tasks"), unique("q")
+    create_topic(kafka, topic)
+    checkpoint = _checkpoint(tmp_path)
+    driver = TransactionalSink(bootstrap=kafka, topic=topic, query_id=query, checkpoint=checkpoint)
+    driver.start()
+    tasks = None
+    try:
+        for batch in (0, 1):
+            assert driver.write_batch(_frame(spark, batch * 10, 10, 2), batch) is True
+        tasks = _sink(kafka, topic, checkpoint, query)  # the next driver, with SLUICE_EOS_WRITERS=tasks
+        # Spark replays batch 1 (the old driver died before recording it): the driver-side marker has it
+        assert tasks.write_batch(_frame(spark, 10, 10, 2), 1) is False and tasks.skipped == [1]
+        assert tasks.write_batch(_frame(spark, 20, 10, 2), 2) is True
+        with pytest.raises(FencedError):  # the old driver's producer was fenced by the switch
+            driver.write_batch(_frame(spark, 500, 10, 2), 2)
+        assert _values(kafka, topic, expect=30) == Counter(f"v{i}" for i in range(30))
+    finally:
+        driver.close()
+        if tasks is not None:
+            tasks.close()
