@@ -79,6 +79,19 @@ class LeaseSettings(CrdModel):
     )
 
 
+class ExactlyOnceSettings(CrdModel):
+    """How the queries' exactly-once output (``sink.delivery: exactlyOnce``) is written."""
+
+    writers: Literal["driver", "tasks"] = Field(
+        default="driver",
+        description="driver: one transactional producer in the active driver writes each batch "
+        "(every output record passes through the driver); tasks: each task writes its partition of a "
+        "batch in a transaction of its own, with a marker, so output scales with executors (see "
+        "docs/runtime.md). A switch takes effect as the drivers are replaced: the first driver "
+        "with task writers fences the driver's producer and skips the batches it committed.",
+    )
+
+
 def _default_driver() -> Resources:
     return Resources(
         requests=ResourceAmounts(cpu="500m", memory="1Gi"), limits=ResourceAmounts(memory="2Gi")
@@ -154,6 +167,9 @@ class QueryClusterSpec(CrdModel):
         description="Time a driver gets to finish its micro-batch and commit when stopped.",
     )
     lease: LeaseSettings = Field(default_factory=LeaseSettings, description="The queries' driver Lease.")
+    exactly_once: ExactlyOnceSettings | None = Field(
+        default=None, description="How exactly-once output is written (absent: by the driver).",
+    )
     schema_registry: SchemaRegistry | None = Field(
         default=None, description="The schema registry of the queries' avro sources and sinks (needed by "
         "any query with one).",

@@ -224,6 +224,9 @@ def driver_env(ctx: QueryContext, plan_hash: str | None = None) -> list[dict[str
         env.append({"name": OUTPUT_TOPIC_ENV, "value": ctx.output_topic})
     if ctx.start_from is not None:  # a backfill's fresh checkpoint starts there
         env.append({"name": START_FROM_ENV, "value": ctx.start_from})
+    writers = ctx.cluster.exactly_once.writers if ctx.cluster.exactly_once is not None else "driver"
+    if writers != "driver":  # absent by default: the pods of a cluster without it stay as they were
+        env.append({"name": "SLUICE_EOS_WRITERS", "value": writers})
     env += object_store_env(ctx)
     env += registry_env(ctx, plan_hash)
     kafka = ctx.cluster.kafka
