@@ -1,0 +1,84 @@
+"""End to end through driver and executor pods: exactly-once output written by the tasks (QueryCluster
+``spec.exactlyOnce.writers: tasks``, issue 31).
+
+Steady input (20 records/s, two source partitions) into a stateless exactly-once query run by two
+executor pods that Spark's Kubernetes scheduler creates; every output record is written by a task
+on an executor, in a transaction per output partition. An executor pod killed (force-deleted) while
+the query runs, then the driver killed with SIGKILL (its executors go with it): the output, read
+with read_committed, holds every input record exactly once.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable
+
+import pytest
+from cluster import E2ECluster
+from confluent_kafka.admin import AdminClient
+from test_queries import READY_TIMEOUT, cluster_doc, consume, create_topics, executor_pods
+from test_standby import assert_exactly_once, feed_query
+
+from tests.support.feed import Feed
+
+pytestmark = pytest.mark.e2e
+
+
+def running_executors(cluster: E2ECluster, ns: str, old: Iterable[str] = (), *,
+                      all_new: bool = False) -> list[str] | None:
+    """The two running executor pods, once at least one of them (``all_new``: both) is not in ``old``."""
+    names = [p["metadata"]["name"] for p in executor_pods(cluster, ns, "feed")
+             if p["status"].get("phase") == "Running" and not p["metadata"].get("deletionTimestamp")]
+    new = [n for n in names if n not in set(old)]
+    enough = len(new) == len(names) if all_new else bool(new) or not set(old)
+    return names if len(names) == 2 and enough else None
+
+
+def groups(bootstrap: str) -> set[str]:
+    listed = AdminClient({"bootstrap.servers": bootstrap}).list_consumer_groups().result(30)
+    return {g.group_id for g in listed.valid}
+
+
+def test_task_writers_on_two_executors_lose_and_repeat_nothing_when_an_executor_and_the_driver_die(
+        cluster: E2ECluster, ns: str) -> None:
+    src, out = f"{ns}-events", f"{ns}-events-out"
+    create_topics(cluster.bootstrap, src, out)
+    cluster.apply(
+        cluster_doc(ns, cluster.bootstrap, executors=2, storage={"accessMode": "ReadWriteMany"},
+                    executor={"requests": {"cpu": "250m", "memory": "512Mi"}},
+                    exactlyOnce={"writers": "tasks"}),
+        feed_query(ns, src, out))
+    feed = Feed(cluster.bootstrap, src)
+    try:
+        first = cluster.wait_for("two executor pods", lambda: running_executors(cluster, ns), READY_TIMEOUT)
+        cluster.wait_for("the first output", lambda: len(consume(cluster.bootstrap, out, 20, 5, True)) >= 20,
+                         READY_TIMEOUT)
+        # the tasks wrote it: the fence group of the active driver and a marker group per output
+        # partition (the driver-side writer has one marker group only)
+        query = cluster.get("streamingquery", ns, "feed") or {}
+        group = query["status"]["identity"]["consumerGroup"]
+        found = groups(cluster.bootstrap)
+        assert f"{group}.eos.writers" in found, sorted(found)
+        markers = {g for g in found if g.startswith(f"{group}.eos.") and g[-3:] in (".p0", ".p1")}
+        assert len(markers) == 2, sorted(found)
+
+        # 1. an executor pod force-deleted while the query runs: Spark retries its tasks on the
+        # other executor or on the replacement it asks for
+        cluster.kubectl("delete", "pod", "-n", ns, first[0], "--grace-period=0", "--force", "--wait=false")
+        second = cluster.wait_for("a replacement executor", lambda: running_executors(cluster, ns, first),
+                                  READY_TIMEOUT)
+        time.sleep(5)
+
+        # 2. the driver killed with SIGKILL: its executors go with it, the restarted driver replays
+        # the batch it left and skips the partitions already committed
+        cluster.kill_driver(ns, "feed")
+        cluster.wait_for("an active driver again", lambda: cluster.active_pod(ns, "feed"), READY_TIMEOUT)
+        cluster.wait_for("two executors of the new driver",
+                         lambda: running_executors(cluster, ns, second, all_new=True), READY_TIMEOUT)
+        time.sleep(10)
+        sent = feed.stop()
+        assert_exactly_once(cluster, ns, out, sent)
+    except Exception as exc:
+        raise AssertionError(f"{exc}\n{cluster.diagnostics(ns)}") from exc
+    finally:
+        feed.stop()
