@@ -240,6 +240,22 @@ class FenceMember:
             self._consumer = None
 
 
+def writer_partitions(frame: DataFrame) -> DataFrame:
+    """The encoded (key, value) rows of a batch as its tasks write them: a replayed batch must give
+    each task the same rows again, and the partitions of a Kafka source come in an order that
+    changes across driver restarts, so the rows are hash-partitioned by their key (by their value
+    when they have none: keyless rows spread too), into as many partitions as the batch has. A
+    key's rows stay together and in order."""
+    from pyspark.sql import functions as F
+
+    encoded = frame.select("key", "value")
+    partitions = encoded.rdd.getNumPartitions()
+    if partitions <= 1:
+        return encoded
+    by = F.coalesce(F.col("key").cast("binary"), F.col("value").cast("binary"))
+    return encoded.repartition(partitions, by)
+
+
 def fence_and_read_last_batch(client: dict[str, Any], group: str, topic: str) -> int | None:
     """Join ``group`` as its active driver (fences every task of the version that used it) and read
     the last batch any of its tasks committed (None: none)."""
@@ -339,7 +355,7 @@ class TaskSink:
             log.info("exactly-once tasks: batch %s committed by the driver-side sink, skipped", batch_id)
             self.skipped.append(batch_id)
             return False
-        rdd = frame.select("key", "value").rdd
+        rdd = writer_partitions(frame).rdd
         batch = TaskBatch(
             client=self.client, producer=self.producer, topic=self.topic,
             transactional_base=self.transactional_base,
