@@ -78,11 +78,11 @@ def test_task_writers_on_two_executors_lose_and_repeat_nothing_when_an_executor_
         cluster.wait_for("an active driver again", lambda: cluster.active_pod(ns, "feed"), READY_TIMEOUT)
         cluster.wait_for("two executors of the new driver",
                          lambda: running_executors(cluster, ns, second, all_new=True), READY_TIMEOUT)
-        time.sleep(10)
-        written = fence_offset(cluster.bootstrap, fence, out)
+        cluster.wait_for("a batch written by the restarted driver's tasks",
+                         lambda: fence_offset(cluster.bootstrap, fence, out) > before, READY_TIMEOUT)
+        time.sleep(5)
         sent = feed.stop()
         assert_exactly_once(cluster, ns, out, sent)
-        assert written > before  # the restarted driver's tasks wrote on
     except Exception as exc:
         raise AssertionError(f"{exc}\n{cluster.diagnostics(ns)}") from exc
     finally:
