@@ -5,11 +5,14 @@ Steady input (20 records/s, two source partitions) into a stateless exactly-once
 executor pods that Spark's Kubernetes scheduler creates; every output record is written by a task
 on an executor, in a transaction per output partition. An executor pod killed (force-deleted) while
 the query runs, then the driver killed with SIGKILL (its executors go with it): the output, read
-with read_committed, holds every input record exactly once.
+with read_committed, holds every input record exactly once. The SIGSTOP zombie: an active driver
+with task writers paused past its Lease while its executor runs on; the standby takes over and its
+tasks write on; the zombie, resumed, commits nothing and stands by: exactly once again.
 """
 
 from __future__ import annotations
 
+import signal
 import time
 from collections.abc import Iterable
 
@@ -17,7 +20,7 @@ import pytest
 from cluster import E2ECluster
 from confluent_kafka import Consumer, TopicPartition
 from test_queries import READY_TIMEOUT, cluster_doc, consume, create_topics, executor_pods
-from test_standby import assert_exactly_once, feed_query
+from test_standby import LEASE_SECONDS, assert_exactly_once, feed_query, ready_standby
 
 from tests.support.feed import Feed
 
@@ -81,6 +84,48 @@ def test_task_writers_on_two_executors_lose_and_repeat_nothing_when_an_executor_
         cluster.wait_for("a batch written by the restarted driver's tasks",
                          lambda: fence_offset(cluster.bootstrap, fence, out) > before, READY_TIMEOUT)
         time.sleep(5)
+        sent = feed.stop()
+        assert_exactly_once(cluster, ns, out, sent)
+    except Exception as exc:
+        raise AssertionError(f"{exc}\n{cluster.diagnostics(ns)}") from exc
+    finally:
+        feed.stop()
+
+
+def test_a_paused_driver_s_tasks_cannot_commit_after_its_standby_took_over(cluster: E2ECluster,
+                                                                          ns: str) -> None:
+    """The SIGSTOP zombie with task writers: the active driver (its executors running on) paused
+    past its Lease; the standby takes over and joins the fence group, its tasks write on; the
+    zombie, resumed, finds itself fenced, writes nothing and stands by."""
+    src, out = f"{ns}-events", f"{ns}-events-out"
+    create_topics(cluster.bootstrap, src, out)
+    cluster.apply(
+        cluster_doc(ns, cluster.bootstrap, executors=1, storage={"accessMode": "ReadWriteMany"},
+                    executor={"requests": {"cpu": "250m", "memory": "512Mi"}}, standbyReplicas=1,
+                    exactlyOnce={"writers": "tasks"}),
+        feed_query(ns, src, out))
+    feed = Feed(cluster.bootstrap, src)
+    try:
+        active = cluster.wait_for("an active driver", lambda: cluster.active_pod(ns, "feed"), READY_TIMEOUT)
+        first = active["metadata"]["name"]
+        standby = cluster.wait_for("a warm standby", lambda: ready_standby(cluster, ns, first), READY_TIMEOUT)
+        query = cluster.get("streamingquery", ns, "feed") or {}
+        fence = f"{query['status']['identity']['consumerGroup']}.eos.writers"
+        cluster.wait_for("batches written by the tasks",
+                         lambda: fence_offset(cluster.bootstrap, fence, out) > 2, READY_TIMEOUT)
+        cluster.signal_pod(active, signal.SIGSTOP)
+        try:
+            cluster.wait_for("the standby to take over on expiry", lambda: (
+                (p := cluster.active_pod(ns, "feed")) is not None and p["metadata"]["name"] == standby),
+                LEASE_SECONDS * 4)
+            paused_at = fence_offset(cluster.bootstrap, fence, out)
+            cluster.wait_for("the new driver's tasks writing",
+                             lambda: fence_offset(cluster.bootstrap, fence, out) > paused_at, READY_TIMEOUT)
+        finally:
+            cluster.signal_pod(active, signal.SIGCONT)
+        cluster.wait_for("the zombie to stand by", lambda: ready_standby(cluster, ns, standby) == first,
+                         READY_TIMEOUT)
+        time.sleep(4)
         sent = feed.stop()
         assert_exactly_once(cluster, ns, out, sent)
     except Exception as exc:
