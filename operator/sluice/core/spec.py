@@ -75,6 +75,12 @@ def key_subject_of(topic: str) -> str:
     return f"{topic}-key"
 
 
+#: The rate limit a source's plan pins when the source sets none (``maxOffsetsPerTrigger``): a catch-up
+#: on a backlog (a new query from earliest, a query back after a stop) reads it in batches of at most
+#: this many records instead of one unbounded batch. Plans compiled before it keep what they pinned.
+DEFAULT_MAX_OFFSETS_PER_TRIGGER = 1_000_000
+
+
 class Source(SpecModel):
     """A Kafka topic the SQL reads under a name, with the columns of its records."""
 
@@ -112,7 +118,16 @@ class Source(SpecModel):
         default="earliest", description="Where a new query starts reading."
     )
     max_offsets_per_trigger: int | None = Field(
-        default=None, ge=1, description="Rate limit: at most this many records per micro-batch."
+        default=None, ge=1,
+        description="Rate limit: at most this many records (offsets, over all the topic's partitions) per "
+        f"micro-batch. Absent: {DEFAULT_MAX_OFFSETS_PER_TRIGGER:,}, pinned in the plan when it is compiled, "
+        "so that a catch-up on a backlog runs as several bounded batches.",
+    )
+    min_partitions: int | None = Field(
+        default=None, ge=1,
+        description="Spark tasks a batch reads the topic with, at least: above the topic's partition count "
+        "Spark splits large partitions' offset ranges (more parallelism for a stateless query). Absent: one "
+        "task per topic partition.",
     )
     malformed: MalformedPolicy = Field(default_factory=MalformedPolicy)
     on_data_loss: Literal["fail", "skip"] = Field(

@@ -59,6 +59,8 @@ def read_kafka(step: KafkaSourceV1, ctx: BuildContext) -> DataFrame:
         reader = reader.option("kafka.isolation.level", step.isolation_level)
     if step.max_offsets_per_trigger is not None:
         reader = reader.option("maxOffsetsPerTrigger", str(step.max_offsets_per_trigger))
+    if step.min_partitions is not None:
+        reader = reader.option("minPartitions", str(step.min_partitions))
     return reader.load()
 
 

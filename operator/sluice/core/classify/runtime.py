@@ -1,12 +1,13 @@
 """Spec changes outside the plan: how the query runs, not what it computes.
 
-The plan holds everything that decides the results, including the trigger interval and the rate
-limit (``maxOffsetsPerTrigger``), which the plan comparison reports as ``transparent``. A few fields
-of a StreamingQuery spec never reach the plan but still change the running query: pod resources
-(``spec.resources``: driver, executor, executor count), the pods' templates (``spec.podTemplate``:
-placement and metadata), the driver restart nonce, and the sink topic's partitions, replication
-factor and cleanup policy (used when the topic is created). Changing them restarts the driver on
-the same checkpoint with the same plan: same results, ``transparent`` -> ``in-place``.
+The plan holds everything that decides the results, including the trigger interval, the rate limit
+(``maxOffsetsPerTrigger``) and a source's ``minPartitions``, which the plan comparison reports as
+``transparent``. A few fields of a StreamingQuery spec never reach the plan but still change the
+running query: pod resources (``spec.resources``: driver, executor, executor count), the pods'
+templates (``spec.podTemplate``: placement and metadata), the driver restart nonce, and the sink
+topic's partitions, replication factor and cleanup policy (used when the topic is created).
+Changing them restarts the driver on the same checkpoint with the same plan: same results,
+``transparent`` -> ``in-place``.
 
 Fields that change neither the plan nor the running query are not compared: the upgrade policy
 (``spec.upgrade``), ``deletionPolicy`` and ``suspend`` (a lifecycle switch, not an upgrade).

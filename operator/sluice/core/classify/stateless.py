@@ -159,6 +159,14 @@ _STARTING_OFFSETS = _Meaning(
     "transparent", f"; it only applies when a query starts without a checkpoint. {TRANSPARENT}"
 )
 _RATE_LIMIT = _Meaning("transparent", f". {TRANSPARENT}")
+_MIN_PARTITIONS = _Meaning(
+    "transparent",
+    f"; it changes how many tasks a batch reads the topic with, not what the query computes. {TRANSPARENT} "
+    f"With exactly-once written by the tasks (SLUICE_EOS_WRITERS=tasks) a stateless query's batch that was "
+    f"partly written before the change is refused on replay (LayoutChanged: its partition count changed); "
+    f"the driver's restart drains at a batch boundary, so only a batch cut short (a crash, a drain longer "
+    f"than terminationGracePeriodSeconds) is affected: run the old plan until that batch is committed.",
+)
 _MALFORMED = _Meaning("data-selection", f". {IN_PLACE_ROWS}")
 _DATA_LOSS = _Meaning(
     "transparent",
@@ -250,12 +258,14 @@ def _source(ctx: Ctx, old: Any, new: Any) -> set[str]:
              "startingOffsets", _STARTING_OFFSETS)
     _compare(ctx, new.id, "maxOffsetsPerTrigger", old.max_offsets_per_trigger, new.max_offsets_per_trigger,
              "rate limit maxOffsetsPerTrigger", _RATE_LIMIT)
+    _compare(ctx, new.id, "minPartitions", old.min_partitions, new.min_partitions,
+             "minPartitions", _MIN_PARTITIONS)
     _compare(ctx, new.id, "malformed", old.malformed.model_dump(mode="json"),
              new.malformed.model_dump(mode="json"), "malformed-record handling", _MALFORMED)
     _compare(ctx, new.id, "onDataLoss", _data_loss(old), _data_loss(new), "onDataLoss", _DATA_LOSS)
     _compare(ctx, new.id, "isolationLevel", _isolation(old), _isolation(new), "isolation level", _ISOLATION)
-    return handled | {"topic", "columns", "starting_offsets", "max_offsets_per_trigger", "malformed",
-                      "source", "on_data_loss", "isolation_level"}
+    return handled | {"topic", "columns", "starting_offsets", "max_offsets_per_trigger", "min_partitions",
+                      "malformed", "source", "on_data_loss", "isolation_level"}
 
 
 #: Stateful steps whose state (and its watermark eviction) is the same in update and append mode.

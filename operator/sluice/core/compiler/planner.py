@@ -27,7 +27,7 @@ from sluice.core.plan.model import (
     UnionV1,
     WatermarkV1,
 )
-from sluice.core.spec import QuerySpec, Source
+from sluice.core.spec import DEFAULT_MAX_OFFSETS_PER_TRIGGER, QuerySpec, Source
 from sluice.core.types import SparkType, parse_type
 
 
@@ -226,7 +226,8 @@ class Planner:
                 key_columns=field_specs(key_fields) if source.reads_key else None,
                 key_schema=self.key_schemas.get(key),
                 starting_offsets=source.starting_offsets,
-                max_offsets_per_trigger=source.max_offsets_per_trigger,
+                max_offsets_per_trigger=source.max_offsets_per_trigger or DEFAULT_MAX_OFFSETS_PER_TRIGGER,
+                min_partitions=source.min_partitions,
                 malformed=MalformedHandling(policy=malformed.policy, topic=topic),
                 on_data_loss=source.on_data_loss,
                 isolation_level="read_committed",

@@ -99,7 +99,12 @@ class KafkaSourceV1(StepBase):
     key_schema: RegistrySchema | None = Field(
         default=None, description="avro key: the key's reader schema pinned from the registry.")
     starting_offsets: Literal["earliest", "latest"] = "earliest"
-    max_offsets_per_trigger: int | None = None
+    max_offsets_per_trigger: int | None = Field(
+        default=None, description="At most this many records per micro-batch (Spark's maxOffsetsPerTrigger). "
+        "Absent: no limit (plans compiled before the compiler pinned a default).")
+    min_partitions: int | None = Field(
+        default=None, description="At least this many tasks read the topic per batch (Spark's "
+        "minPartitions). Absent: one task per topic partition.")
     malformed: MalformedHandling = Field(default_factory=MalformedHandling)
     on_data_loss: Literal["fail", "skip"] | None = Field(
         default=None,

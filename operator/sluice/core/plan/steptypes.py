@@ -90,6 +90,8 @@ def _source(step: KafkaSourceV1) -> list[str]:
     lines = [f"topic {step.topic} ({step.format}), starting at {step.starting_offsets}"]
     if step.max_offsets_per_trigger:
         lines.append(f"at most {step.max_offsets_per_trigger} records per trigger")
+    if step.min_partitions:
+        lines.append(f"at least {step.min_partitions} tasks per batch")
     lines.append(f"malformed records: {step.malformed.policy}"
                  + (f" -> {step.malformed.topic}" if step.malformed.topic else ""))
     if step.on_data_loss is not None:
