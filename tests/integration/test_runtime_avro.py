@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
+from confluent_kafka.schema_registry import SchemaRegistryClient
 from confluent_kafka.schema_registry.avro import AvroDeserializer, AvroSerializer
 from confluent_kafka.serialization import MessageField, SerializationContext
 from sluice.core.compiler import CompileTarget, compile_query
@@ -29,7 +29,7 @@ from sluice.core.manifest import parse_manifest
 from sluice.core.plan.model import Plan, RegistrySchema
 
 from tests.support.avro_orders import ORDER_V1, ORDER_V2, orders
-from tests.support.registry_fixture import SchemaRegistry
+from tests.support.registry_fixture import SchemaRegistry, register_avro
 from tests.support.runtime import (
     HEADER,
     consume,
@@ -50,16 +50,6 @@ def spark(spark_jars: list[Path]) -> Any:
     return shared_spark(spark_jars)
 
 
-def _client(registry: SchemaRegistry) -> SchemaRegistryClient:
-    return SchemaRegistryClient({"url": registry.url, "timeout": 30})
-
-
-def _register(client: SchemaRegistryClient, subject: str, schema: dict[str, Any] | str) -> RegistrySchema:
-    text = schema if isinstance(schema, str) else json.dumps(schema)
-    client.register_schema(subject, Schema(text, "AVRO"))
-    found = client.lookup_schema(subject, Schema(text, "AVRO"))
-    return RegistrySchema.model_validate(
-        {"subject": subject, "schema": text, "id": found.schema_id, "version": found.version})
 
 
 def _produce_avro(kafka: str, client: SchemaRegistryClient, topic: str, schema: dict[str, Any],
@@ -117,10 +107,10 @@ def _settings(registry: SchemaRegistry, sink_id: int | None = None) -> Any:
 
 def test_windowed_aggregate_avro_in_avro_out_exact_both_deliveries_same_bytes(
         spark: Any, kafka: str, schema_registry: SchemaRegistry, tmp_path: Path) -> None:
-    client = _client(schema_registry)
+    client = schema_registry.client()
     src = unique("orders")
     create_topic(kafka, src, partitions=2)
-    reader = _register(client, f"{src}-value", ORDER_V1)
+    reader = register_avro(client, f"{src}-value", ORDER_V1)
     sent = orders(300)  # 5 minutes of orders, 4 customers
     _produce_avro(kafka, client, src, ORDER_V1, sent)
     sql = ("SELECT window(ts, '1 minute') AS minute, customer, count(*) AS n, sum(amount) AS revenue "
@@ -140,7 +130,7 @@ def test_windowed_aggregate_avro_in_avro_out_exact_both_deliveries_same_bytes(
         sink_schema = plan.sink.value_schema
         assert plan.sink.format == "avro" and sink_schema is not None
         assert sink_schema.subject == f"{out}-value"
-        sink_id = _register(client, sink_schema.subject, sink_schema.schema_).id  # as the operator does
+        sink_id = register_avro(client, sink_schema.subject, sink_schema.schema_).id  # as the operator does
         _run(spark, plan, kafka, tmp_path / delivery, _settings(schema_registry, sink_id))
         raw = consume(kafka, out, expect=20)
         assert {struct.unpack(">bI", v[:5]) for _, v, _ in raw} == {(0, sink_id)}
@@ -156,11 +146,11 @@ def test_windowed_aggregate_avro_in_avro_out_exact_both_deliveries_same_bytes(
 
 def test_newer_compatible_writer_schema_is_read_with_the_pinned_reader(
         spark: Any, kafka: str, schema_registry: SchemaRegistry, tmp_path: Path) -> None:
-    client = _client(schema_registry)
+    client = schema_registry.client()
     src, out = unique("orders"), unique("out")
     create_topic(kafka, src)
-    reader = _register(client, f"{src}-value", ORDER_V1)
-    newer = _register(client, f"{src}-value", ORDER_V2)
+    reader = register_avro(client, f"{src}-value", ORDER_V1)
+    newer = register_avro(client, f"{src}-value", ORDER_V2)
     assert newer.id != reader.id and newer.version == (reader.version or 0) + 1
     _produce_avro(kafka, client, src, ORDER_V1, orders(40))
     _produce_avro(kafka, client, src, ORDER_V2, orders(40, start=40, coupon=True))
@@ -174,10 +164,10 @@ def test_newer_compatible_writer_schema_is_read_with_the_pinned_reader(
 
 def test_malformed_records_go_to_the_dead_letter_topic_with_their_reason(
         spark: Any, kafka: str, schema_registry: SchemaRegistry, tmp_path: Path) -> None:
-    client = _client(schema_registry)
+    client = schema_registry.client()
     src, out, dlq = unique("orders"), unique("out"), unique("dlq")
     create_topic(kafka, src)
-    reader = _register(client, f"{src}-value", ORDER_V1)
+    reader = register_avro(client, f"{src}-value", ORDER_V1)
     _produce_avro(kafka, client, src, ORDER_V1, orders(10))
     assert reader.id is not None
     bad = [b'{"order_id": "json"}', None, struct.pack(">bI", 0, reader.id) + b"\xff\xff\xff"]
@@ -202,10 +192,10 @@ def test_the_fail_policy_names_the_record_and_its_reason(
         spark: Any, kafka: str, schema_registry: SchemaRegistry, tmp_path: Path) -> None:
     from sluice_runtime.pipeline import build_pipeline
 
-    client = _client(schema_registry)
+    client = schema_registry.client()
     src, out = unique("orders"), unique("out")
     create_topic(kafka, src)
-    reader = _register(client, f"{src}-value", ORDER_V1)
+    reader = register_avro(client, f"{src}-value", ORDER_V1)
     _produce_avro(kafka, client, src, ORDER_V1, orders(3))
     produce(kafka, src, [b"plain text"])
     block = "      malformed: {policy: fail}"
@@ -227,11 +217,11 @@ def test_unknown_schema_id_fails_naming_it_then_is_read_after_a_refetch(
         spark: Any, kafka: str, schema_registry: SchemaRegistry, tmp_path: Path, delivery: str) -> None:
     from sluice_runtime.pipeline import build_pipeline, renewed_avro
 
-    client = _client(schema_registry)
+    client = schema_registry.client()
     src, out = unique("orders"), unique("out")
     subject = f"{src}-value"
     create_topic(kafka, src)
-    reader = _register(client, subject, ORDER_V1)
+    reader = register_avro(client, subject, ORDER_V1)
     _produce_avro(kafka, client, src, ORDER_V1, orders(20))
     plan = avro_plan(_spec(src, "SELECT order_id FROM orders", out, sink_extra=f", delivery: {delivery}"),
                      reader)
@@ -241,7 +231,7 @@ def test_unknown_schema_id_fails_naming_it_then_is_read_after_a_refetch(
                           avro=settings)
     try:
         assert len(consume(kafka, out, expect=20, timeout=120)) == 20
-        newer = _register(client, subject, ORDER_V2)  # after the pipeline was built
+        newer = register_avro(client, subject, ORDER_V2)  # after the pipeline was built
         _produce_avro(kafka, client, src, ORDER_V2, orders(1, start=20, coupon=True))
         deadline = time.monotonic() + 120
         while pipe.main.isActive and time.monotonic() < deadline:
@@ -282,9 +272,9 @@ def _process(tmp: Path, plan: Plan, kafka: str, jars: list[Path], env: dict[str,
 
 def test_process_refuses_an_avro_sink_without_its_schema_id(
         kafka: str, spark_jars: list[Path], schema_registry: SchemaRegistry, tmp_path: Path) -> None:
-    client = _client(schema_registry)
+    client = schema_registry.client()
     src, out = unique("orders"), unique("out")
-    reader = _register(client, f"{src}-value", ORDER_V1)
+    reader = register_avro(client, f"{src}-value", ORDER_V1)
     plan = avro_plan(_spec(src, "SELECT order_id FROM orders", out, sink_extra=", format: avro"), reader)
     env = {"SLUICE_SCHEMA_REGISTRY_URL": schema_registry.url}
     proc, log = _process(tmp_path, plan, kafka, spark_jars, env)
@@ -295,17 +285,17 @@ def test_process_refuses_an_avro_sink_without_its_schema_id(
 
 def test_process_reads_a_new_schema_id_after_fetching_the_subject_again(
         kafka: str, spark_jars: list[Path], schema_registry: SchemaRegistry, tmp_path: Path) -> None:
-    client = _client(schema_registry)
+    client = schema_registry.client()
     src, out = unique("orders"), unique("out")
     subject, out_subject = f"{src}-value", f"{out}-value"
     create_topic(kafka, src)
     create_topic(kafka, out)
-    reader = _register(client, subject, ORDER_V1)
+    reader = register_avro(client, subject, ORDER_V1)
     _produce_avro(kafka, client, src, ORDER_V1, orders(10))
     sql = "SELECT order_id, amount FROM orders"
     plan = avro_plan(_spec(src, sql, out, sink_extra=", format: avro"), reader)
     assert plan.sink.value_schema is not None
-    sink_id = _register(client, out_subject, plan.sink.value_schema.schema_).id
+    sink_id = register_avro(client, out_subject, plan.sink.value_schema.schema_).id
     env = {"SLUICE_SCHEMA_REGISTRY_URL": schema_registry.url, "SLUICE_SINK_SCHEMA_ID": str(sink_id)}
     proc, log = _process(tmp_path, plan, kafka, spark_jars, env)
     try:
@@ -320,7 +310,7 @@ def test_process_reads_a_new_schema_id_after_fetching_the_subject_again(
             pytest.fail(f"{n} records did not appear:\n{log.read_text()[-4000:]}")
 
         wait_for(10)
-        newer = _register(client, subject, ORDER_V2)
+        newer = register_avro(client, subject, ORDER_V2)
         _produce_avro(kafka, client, src, ORDER_V2, orders(5, start=10, coupon=True))
         rows = wait_for(15)
         assert {r["order_id"] for r in rows} == {f"o{i}" for i in range(15)}
@@ -372,12 +362,12 @@ def _lease_env(kube: Any, namespace: str, tmp: Path, pod: str) -> dict[str, str]
 def test_elected_driver_reads_a_new_schema_id_without_giving_up_its_lease(
         kube: Any, namespace: str, kafka: str, spark_jars: list[Path], schema_registry: SchemaRegistry,
         tmp_path: Path) -> None:
-    client = _client(schema_registry)
+    client = schema_registry.client()
     src, out = unique("orders"), unique("out")
     subject = f"{src}-value"
     create_topic(kafka, src)
     create_topic(kafka, out)
-    reader = _register(client, subject, ORDER_V1)
+    reader = register_avro(client, subject, ORDER_V1)
     _produce_avro(kafka, client, src, ORDER_V1, orders(10))
     spec = _spec(src, "SELECT order_id FROM orders", out, sink_extra=", delivery: exactlyOnce")
     plan = avro_plan(spec, reader)
@@ -396,7 +386,7 @@ def test_elected_driver_reads_a_new_schema_id_without_giving_up_its_lease(
             pytest.fail(f"{n} records did not appear:\n{log.read_text()[-4000:]}")
 
         wait_for(10)
-        newer = _register(client, subject, ORDER_V2)
+        newer = register_avro(client, subject, ORDER_V2)
         _produce_avro(kafka, client, src, ORDER_V2, orders(5, start=10, coupon=True))
         ids = wait_for(15)
         assert sorted(ids) == sorted(f"o{i}" for i in range(15))  # exactly once, read_committed

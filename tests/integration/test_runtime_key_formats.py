@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 from confluent_kafka import Producer
-from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
+from confluent_kafka.schema_registry import SchemaRegistryClient
 from confluent_kafka.schema_registry.avro import AvroDeserializer, AvroSerializer
 from confluent_kafka.serialization import (
     DoubleDeserializer,
@@ -30,7 +30,7 @@ from sluice.core.compiler import CompileTarget, compile_query
 from sluice.core.manifest import parse_manifest
 from sluice.core.plan.model import Plan, RegistrySchema
 
-from tests.support.registry_fixture import SchemaRegistry
+from tests.support.registry_fixture import SchemaRegistry, register_avro
 from tests.support.runtime import HEADER, consume, consume_json, create_topic, shared_spark, unique
 
 pytestmark = pytest.mark.integration
@@ -53,16 +53,6 @@ def spark(spark_jars: list[Path]) -> Any:
     return shared_spark(spark_jars)
 
 
-def _client(registry: SchemaRegistry) -> SchemaRegistryClient:
-    return SchemaRegistryClient({"url": registry.url, "timeout": 30})
-
-
-def _register(client: SchemaRegistryClient, subject: str, schema: dict[str, Any] | str) -> RegistrySchema:
-    text = schema if isinstance(schema, str) else json.dumps(schema)
-    client.register_schema(subject, Schema(text, "AVRO"))
-    found = client.lookup_schema(subject, Schema(text, "AVRO"))
-    return RegistrySchema.model_validate(
-        {"subject": subject, "schema": text, "id": found.schema_id, "version": found.version})
 
 
 def _produce(kafka: str, topic: str, records: list[tuple[bytes | None, bytes | None]]) -> None:
@@ -112,12 +102,12 @@ def _orders() -> list[tuple[dict[str, Any], dict[str, Any]]]:
 
 def test_group_by_an_avro_key_field_into_an_avro_key(spark: Any, kafka: str, schema_registry: SchemaRegistry,
                                                      tmp_path: Path) -> None:
-    client = _client(schema_registry)
+    client = schema_registry.client()
     src, out = unique("orders"), unique("revenue")
     create_topic(kafka, src, partitions=2)
     create_topic(kafka, out, partitions=1)
-    key_reader = _register(client, f"{src}-key", KEY)
-    value_reader = _register(client, f"{src}-value", ORDER)
+    key_reader = register_avro(client, f"{src}-key", KEY)
+    value_reader = register_avro(client, f"{src}-value", ORDER)
     sent = _orders()
     _produce_avro(kafka, client, src, KEY, ORDER, sent)
     spec = f"""\
@@ -131,8 +121,8 @@ def test_group_by_an_avro_key_field_into_an_avro_key(spark: Any, kafka: str, sch
     assert [f.name for f in plan.steps[0].schema_] == ["customer_id", "order_id", "amount", "ts"]
     key_schema, value_schema = plan.sink.key_schema, plan.sink.value_schema
     assert key_schema is not None and key_schema.subject == f"{out}-key" and value_schema is not None
-    key_id = _register(client, key_schema.subject, key_schema.schema_).id  # as the operator does
-    value_id = _register(client, value_schema.subject, value_schema.schema_).id
+    key_id = register_avro(client, key_schema.subject, key_schema.schema_).id  # as the operator does
+    value_id = register_avro(client, value_schema.subject, value_schema.schema_).id
     _run(spark, plan, kafka, tmp_path / "c", _settings(schema_registry, value_id, key_id))
 
     raw = consume(kafka, out, expect=3)
@@ -154,14 +144,14 @@ def test_group_by_an_avro_key_field_into_an_avro_key(spark: Any, kafka: str, sch
 
 def test_join_on_avro_key_fields(spark: Any, kafka: str, schema_registry: SchemaRegistry,
                                  tmp_path: Path) -> None:
-    client = _client(schema_registry)
+    client = schema_registry.client()
     orders_topic, customers_topic, out = unique("orders"), unique("customers"), unique("joined")
     create_topic(kafka, orders_topic)
     create_topic(kafka, customers_topic)
-    readers = [_register(client, f"{orders_topic}-key", KEY),
-               _register(client, f"{orders_topic}-value", ORDER),
-               _register(client, f"{customers_topic}-key", CUSTOMER_KEY),
-               _register(client, f"{customers_topic}-value", CUSTOMER)]
+    readers = [register_avro(client, f"{orders_topic}-key", KEY),
+               register_avro(client, f"{orders_topic}-value", ORDER),
+               register_avro(client, f"{customers_topic}-key", CUSTOMER_KEY),
+               register_avro(client, f"{customers_topic}-value", CUSTOMER)]
     _produce_avro(kafka, client, orders_topic, KEY, ORDER, _orders())
     customers = [({"id": 100 + i}, {"name": f"n{i}", "since": START}) for i in (0, 1, 5)]  # 102 has none
     _produce_avro(kafka, client, customers_topic, CUSTOMER_KEY, CUSTOMER, customers)

@@ -6,9 +6,11 @@ ask for it pay its start: about 3 s and 155 MiB, Apicurio 2.6.13.Final on Java 1
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 from sluice_dev.platform import common
@@ -22,6 +24,25 @@ class SchemaRegistry:
     url: str
     env: dict[str, str]
     log: Path
+
+    def client(self) -> Any:
+        """confluent-kafka's own registry client on it."""
+        from confluent_kafka.schema_registry import SchemaRegistryClient
+
+        return SchemaRegistryClient({"url": self.url, "timeout": 30})
+
+
+def register_avro(client: Any, subject: str, schema: dict[str, Any] | str) -> Any:
+    """Register an Avro schema under ``subject``: the plan's record of it (subject, text, id,
+    version), as the compiler pins it."""
+    from confluent_kafka.schema_registry import Schema
+    from sluice.core.plan.model import RegistrySchema
+
+    text = schema if isinstance(schema, str) else json.dumps(schema)
+    client.register_schema(subject, Schema(text, "AVRO"))
+    found = client.lookup_schema(subject, Schema(text, "AVRO"))
+    return RegistrySchema.model_validate(
+        {"subject": subject, "schema": text, "id": found.schema_id, "version": found.version})
 
 
 @pytest.fixture(scope="session")
