@@ -188,11 +188,14 @@ def test_drain_on_sigterm(kafka: str, spark_jars: list[Path], tmp_path: Path) ->
     query = query_name(qid)
 
     def last_committed() -> tuple[float, str]:
+        """The query's last committed batch id; -1 while its first progress report has not reached
+        the metrics yet (the sample appears with it)."""
         code, metrics = rt.get("/metrics")
         assert code == 200, metrics
-        (value,) = [v for labels, v in _samples(metrics, "sluice_last_committed_batch_id")
-                    if labels["query"] == query]
-        return value, metrics
+        values = [v for labels, v in _samples(metrics, "sluice_last_committed_batch_id")
+                  if labels["query"] == query]
+        assert len(values) <= 1, metrics
+        return (values[0] if values else -1.0), metrics
 
     # the sample lines, not just the # HELP lines: output >= 450 records at 150 per batch means
     # batches 0..2 ran, so batch 1 had committed before batch 2 wrote; its progress report reaches
