@@ -40,6 +40,7 @@ from sluice_runtime.sink_exactly_once import (
     committed_offsets,
     default_transactional_id,
     marker_group,
+    producible,
 )
 
 if TYPE_CHECKING:
@@ -78,10 +79,6 @@ class PartitionResult:
     partition: int
     rows: int
     skipped: bool
-
-
-def _producible(data: Any) -> Any:
-    return bytes(data) if isinstance(data, bytearray) else data
 
 
 def read_marker(batch: TaskBatch, partition: int) -> tuple[em.PartitionMarker, bytes]:
@@ -128,7 +125,7 @@ def write_partition(batch: TaskBatch, partition: int, rows: Iterable[Any]) -> It
         for key, value in itertools.chain([first], pending):
             while True:
                 try:
-                    producer.produce(batch.topic, value=_producible(value), key=_producible(key))
+                    producer.produce(batch.topic, value=producible(value), key=producible(key))
                     break
                 except BufferError:
                     producer.poll(0.05)

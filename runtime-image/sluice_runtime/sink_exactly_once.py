@@ -92,11 +92,12 @@ def batch_rows(frame: DataFrame) -> Iterator[tuple[Any, Any]]:
     """An encoded batch's (key, value) rows, one partition at a time (a batch may be larger than
     the driver's memory), the next one computed while this one is consumed. Binary columns (an
     Avro value) come as ``bytearray``, which the producer refuses: they are given as ``bytes``."""
-    return ((_producible(r["key"]), _producible(r["value"]))
+    return ((producible(r["key"]), producible(r["value"]))
             for r in frame.toLocalIterator(prefetchPartitions=True))
 
 
-def _producible(data: Any) -> Any:
+def producible(data: Any) -> Any:
+    """What the producer accepts: ``bytes`` for a binary column's ``bytearray``."""
     return bytes(data) if isinstance(data, bytearray) else data
 
 
