@@ -3,9 +3,17 @@
 Both files are StreamingQuery manifests. The upgrade policy (``spec.upgrade``) is the NEW
 manifest's. Besides the compiled plans, the spec fields outside the plan that change how the query
 runs (``spec.resources``, ``spec.restartNonce``, the sink topic's partitions and replication factor)
-are compared: a change there alone is ``transparent`` / ``in-place``. Exit 0 for any valid pair
-(whatever the decision, including ``reject``); exit 1 with ``FILE: line L, column C: message`` on
-stderr when either manifest does not load or compile.
+are compared: a change there alone is ``transparent`` / ``in-place``.
+
+An avro sink whose schema (value, or key with ``keyFormat: avro``) changes is checked against its
+subject by the schema registry at ``$SLUICE_SCHEMA_REGISTRY_URL``, as the admission webhook checks it
+(``sluice.core.formats.registry.upgrade_sink_questions``): an incompatible schema makes the decision
+``reject``, the registry's reason first. The value schema of a replace with backfill onto a versioned
+topic goes under that topic's new subject and is not asked about here (the plan version is unknown).
+
+Exit 0 for any valid pair (whatever the decision, including ``reject``); exit 1 with ``FILE: line L,
+column C: message`` (or ``FILE: FIELD: message``) on stderr when either manifest does not load or
+compile, or when the sink's changed avro schema cannot be checked (no registry URL, or no answer).
 """
 
 from __future__ import annotations
@@ -56,8 +64,10 @@ def render_text(result: dict[str, Any], old: str, new: str) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
+    from sluice.commands.registry import sink_refusal
     from sluice.core.classify import classify
     from sluice.core.errors import SluiceError
+    from sluice.core.formats.registry import refused_upgrade, upgrade_sink_questions
 
     loaded = []
     failed = False
@@ -81,6 +91,15 @@ def run(args: argparse.Namespace) -> int:
         old_spec=old_manifest.raw.get("spec") or {},
         new_spec=new_manifest.raw.get("spec") or {},
     )
+    questions = upgrade_sink_questions(new_manifest.spec, new_plan, old_plan, new_manifest.upgrade)
+    try:
+        refused = sink_refusal(questions)
+    except SluiceError as exc:
+        for problem in exc.problems:
+            print(problem.render(args.new), file=sys.stderr)
+        return 1
+    if refused is not None:
+        decision = refused_upgrade(decision, refused)
     result = decision.to_json_dict()
     if args.output == "json":
         print(json.dumps(result, indent=2))

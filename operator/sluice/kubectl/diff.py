@@ -5,8 +5,12 @@ query's workload runs (read from its pinned plan ConfigMap), under the manifest'
 or else the QueryCluster's, exactly as the operator classifies an edit
 (:mod:`sluice.kubectl.expect`); the spec fields outside the plan (resources, restartNonce, sink
 topic settings) are compared too, as ``sluice diff`` does. Output like ``sluice diff``, plus what
-the operator then does. Exit 0 for any valid manifest (also for ``reject``); 1 with
-``FILE: line L, column C: message`` when it does not load or compile, or ``error: ...``.
+the operator then does. An avro sink whose schema changes is checked against its subject by the
+registry at ``$SLUICE_SCHEMA_REGISTRY_URL``, as ``sluice diff`` and the admission webhook check it
+(under the versioned topic's subject for a replace with backfill: the live query's plan version is
+known here): an incompatible schema makes the decision ``reject``, with the registry's reason.
+Exit 0 for any valid manifest (also for ``reject``); 1 with ``FILE: line L, column C: message`` when it
+does not load or compile or the sink's changed avro schema cannot be checked, or ``error: ...``.
 """
 
 from __future__ import annotations
@@ -107,9 +111,11 @@ def spec_differs(live_spec: Mapping[str, Any] | None, new_spec: Mapping[str, Any
 
 
 def expected(session: Session, name: str, live: dict[str, Any] | None, spec: Mapping[str, Any],
-             plan: Any, plan_hash: str) -> dict[str, Any]:
+             plan: Any, plan_hash: str, ask_registry: bool = False) -> dict[str, Any]:
     """What the operator does once ``spec`` (compiled: ``plan``) is applied to ``live``: the
-    classification (``sluice diff -o json``'s keys) and the operator's side, as one JSON object."""
+    classification (``sluice diff -o json``'s keys) and the operator's side, as one JSON object.
+    ``ask_registry``: check an avro sink's changed schema with the registry (:func:`registry_verdict`;
+    raises ``CompileError`` when it cannot be asked)."""
     from sluice.core.classify import classify
     from sluice.core.naming import PLAN_FILE
     from sluice.core.plan.model import Plan
@@ -136,9 +142,28 @@ def expected(session: Session, name: str, live: dict[str, Any] | None, spec: Map
         except ValueError as exc:
             raise PluginError(f"ConfigMap {seen.basis_config_map}: {PLAN_FILE} does not load: "
                               f"{str(exc).splitlines()[0]}") from exc
-        result = classify(old, plan, policy, old_spec=live.get("spec") or {}, new_spec=spec).to_json_dict()
+        decision = classify(old, plan, policy, old_spec=live.get("spec") or {}, new_spec=spec)
+        if ask_registry:
+            decision = registry_verdict(decision, live, spec, plan, old, policy)
+        result = decision.to_json_dict()
     notes = [n for n in (seen.note, expect.consequence(result, policy, source, seen)) if n]
     return {**out, **result, "policy": source, "note": "; ".join(notes)}
+
+
+def registry_verdict(decision: Any, live: Mapping[str, Any], spec: Mapping[str, Any], plan: Any,
+                     running: Any, policy: Any) -> Any:
+    """``decision`` (an ``UpgradeDecision``), ``reject`` when the registry refuses the sink's changed avro
+    schema, asked as the webhook asks it: for the next plan version of ``live``."""
+    from sluice.commands.registry import sink_refusal
+    from sluice.core.admission import basis
+    from sluice.core.formats.registry import refused_upgrade, upgrade_sink_questions
+    from sluice.crd.streamingquery import StreamingQuerySpec
+
+    base = basis(live)
+    query = StreamingQuerySpec.model_validate(dict(spec)).query()
+    refused = sink_refusal(upgrade_sink_questions(query, plan, running, policy,
+                                                  base.version + 1 if base is not None else None))
+    return refused_upgrade(decision, refused) if refused is not None else decision
 
 
 def render(result: Mapping[str, Any], new_label: str) -> str:
@@ -188,8 +213,14 @@ def run(args: argparse.Namespace) -> int:
     if manifest.namespace:
         session.namespace = manifest.namespace
     live = session.query_or_none(manifest.name)
-    manifest = as_the_operator_plans(session, manifest, live)
-    result = expected(session, manifest.name, live, manifest.spec, manifest.plan, manifest.hash)
+    try:
+        manifest = as_the_operator_plans(session, manifest, live)
+        result = expected(session, manifest.name, live, manifest.spec, manifest.plan, manifest.hash,
+                          ask_registry=True)
+    except SluiceError as exc:
+        for problem in exc.problems:
+            print(problem.render(path), file=sys.stderr)
+        return 1
     if args.output == "json":
         print(json.dumps(result, indent=2))
     else:

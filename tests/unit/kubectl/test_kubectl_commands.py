@@ -190,6 +190,38 @@ def test_diff_of_a_manifest_that_does_not_compile_names_file_line_and_column(
     assert "does not match" in capsys.readouterr().err
 
 
+def avro_world() -> MemoryKube:
+    """totals, its sink writing avro (subject totals-value), running plan version 1."""
+    spec = query_spec(sink={"topic": "totals", "format": "avro", "key": ["customer"], "outputMode": "update"})
+    plan = plan_of(spec)
+    sq = {"apiVersion": "sluice.dev/v1alpha1", "kind": "StreamingQuery",
+          "metadata": {"name": "totals", "namespace": "shop", "generation": 1, "resourceVersion": "7"},
+          "spec": spec, "status": {"phase": "Running", "plan": {
+              "hash": plan.hash, "version": 1, "configMap": f"totals-plan-{plan.hash[:12]}"}}}
+    qc = {"kind": "QueryCluster", "metadata": {"name": "default", "namespace": "shop"},
+          "spec": {"serviceId": "shop", "kafka": {"bootstrapServers": "k:9092"}}}
+    return MemoryKube(sq, qc, config_map(spec))
+
+
+def test_diff_of_a_changed_avro_sink_schema_without_the_registry_url_names_the_field(
+        use: Any, tmp_path: Path, capsys: Out, monkeypatch: pytest.MonkeyPatch) -> None:
+    from sluice.commands.registry import URL_ENV
+
+    monkeypatch.delenv(URL_ENV, raising=False)
+    use(avro_world())
+    sink = {"topic": "totals", "format": "avro", "key": ["customer"], "outputMode": "update"}
+    retyped_sql = SQL.replace("sum(amount) AS total", "cast(sum(amount) AS string) AS total")
+    retyped = manifest(tmp_path, query_spec(sql=retyped_sql, sink=sink))
+    assert cli.main(["diff", "-f", retyped]) == 1
+    assert capsys.readouterr().err == (f"{retyped}: spec.sink.format: the sink's new Avro schema goes under "
+                                       f"subject 'totals-value': set {URL_ENV} to the schema registry's base "
+                                       "URL to check its compatibility here\n")
+    # the same sink schema: nothing to ask, no registry needed
+    filtered = manifest(tmp_path, query_spec(sql=SQL_WHERE, sink=sink))
+    assert cli.main(["diff", "-f", filtered, "-o", "json"]) == 0
+    assert json.loads(capsys.readouterr().out)["decision"] == "in-place"
+
+
 # -- history ------------------------------------------------------------------------------------------
 
 

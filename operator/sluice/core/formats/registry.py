@@ -10,7 +10,7 @@ from typing import Any
 
 from pydantic import Field
 
-from sluice.core.classify import classify
+from sluice.core.classify import UpgradeDecision, classify
 from sluice.core.errors import Problem
 from sluice.core.naming import QueryIdentity
 from sluice.core.plan.model import Plan, RegistrySchema
@@ -18,10 +18,10 @@ from sluice.core.records import StatusModel
 from sluice.core.replace import backfill_output_topic
 from sluice.core.spec import QuerySpec, UpgradePolicy, topic_subject
 
-__all__ = ["NEW_KEY_SCHEMA", "NEW_VALUE_SCHEMA", "SinkCheck", "SourceSchemaStatus",
+__all__ = ["NEW_KEY_SCHEMA", "NEW_VALUE_SCHEMA", "SinkCheck", "SinkQuestion", "SourceSchemaStatus",
            "admission_registry_check", "backfill_subject", "changed_sink_schema", "describe_behind",
-           "incompatibility", "newly_behind", "registry_problems", "source_schema_report",
-           "versioned_subject"]
+           "incompatibility", "newly_behind", "refused_upgrade", "registry_problems", "sink_questions",
+           "source_schema_report", "upgrade_sink_questions", "versioned_subject"]
 
 
 def registry_problems(query: QuerySpec, cluster_name: str, has_registry: bool) -> list[Problem]:
@@ -71,22 +71,64 @@ def changed_sink_schema(plan: Plan, running: Plan | None, key: bool = False) -> 
     return schema
 
 
+#: one question to the registry: an avro sink schema under its subject, and what a refusal names it
+SinkQuestion = tuple[RegistrySchema, str]
+
+
+def sink_questions(query: QuerySpec, plan: Plan, running: Plan | None, subject: str | None = None
+                   ) -> list[SinkQuestion]:
+    """The avro sink schemas of ``plan`` the registry is asked about, in the order asked: the value
+    schema (under ``subject`` when given: :func:`backfill_subject`), then the key schema of an avro key
+    (under its own subject); each only when it changed from ``running``'s (:func:`changed_sink_schema`)."""
+    out: list[SinkQuestion] = []
+    schema = changed_sink_schema(plan, running) if query.sink.format == "avro" else None
+    if schema is not None:
+        out.append((schema.model_copy(update={"subject": subject}) if subject is not None else schema,
+                    NEW_VALUE_SCHEMA))
+    key_schema = changed_sink_schema(plan, running, key=True) if query.sink.key_format == "avro" else None
+    if key_schema is not None:
+        out.append((key_schema, NEW_KEY_SCHEMA))
+    return out
+
+
 def admission_registry_check(query: QuerySpec, plan: Plan, running: Plan | None,
                              sink_check: SinkCheck | None, subject: str | None = None) -> str | None:
     """Why the admission webhook refuses ``plan``'s sink schemas (``sink_check``: the kopf side's question
     to the registry, answered with :func:`incompatibility`), or None: the value schema, then the key
-    schema of an avro key. ``subject``: the value subject of a version that writes a topic of its own
-    (:func:`backfill_subject`; the key keeps its subject there, as the operator registers it)."""
+    schema of an avro key (:func:`sink_questions`). ``subject``: the value subject of a version that
+    writes a topic of its own (:func:`backfill_subject`; the key keeps its subject there, as the
+    operator registers it)."""
     if sink_check is None:
         return None
-    schema = changed_sink_schema(plan, running) if query.sink.format == "avro" else None
-    if schema is not None and subject is not None:
-        schema = schema.model_copy(update={"subject": subject})
-    refused = sink_check(schema, NEW_VALUE_SCHEMA) if schema is not None else None
-    key_schema = changed_sink_schema(plan, running, key=True) if query.sink.key_format == "avro" else None
-    if refused is None and key_schema is not None:
-        refused = sink_check(key_schema, NEW_KEY_SCHEMA)
-    return refused
+    for schema, what in sink_questions(query, plan, running, subject):
+        refused = sink_check(schema, what)
+        if refused is not None:
+            return refused
+    return None
+
+
+def upgrade_sink_questions(query: QuerySpec, plan: Plan, running: Plan, policy: UpgradePolicy,
+                           version: int | None = None) -> list[SinkQuestion]:
+    """What the registry is asked about an upgrade from ``running`` to ``plan`` (``sluice diff``,
+    ``kubectl sluice diff``), as the webhook asks it: :func:`sink_questions` with the value under the
+    subject of the versioned topic a replace with backfill writes (:func:`backfill_subject`).
+
+    ``version``: the new version's plan version. None when it is not known (``sluice diff``: manifests
+    carry no status): a value schema that goes under a versioned topic's subject (``<sink>-v<N>-value``,
+    N unknown) is then not asked about (the operator checks it there before it registers it); whether
+    it goes there does not depend on N (every version after the first writes ``<sink>-v<N>``)."""
+    identity = QueryIdentity(service_id="-", namespace="-", name="-", uid="", plan_version=version or 2)
+    subject = backfill_subject(plan, running, policy, identity)
+    questions = sink_questions(query, plan, running, subject)
+    if subject is not None and version is None:
+        return [(schema, what) for schema, what in questions if what != NEW_VALUE_SCHEMA]
+    return questions
+
+
+def refused_upgrade(decision: UpgradeDecision, refused: str) -> UpgradeDecision:
+    """``decision`` once the registry refuses the sink's new schema (``refused``, from
+    :func:`incompatibility`): ``reject``, that reason first (the category stays the classifier's)."""
+    return decision.model_copy(update={"decision": "reject", "reasons": [refused, *decision.reasons]})
 
 
 def backfill_subject(plan: Plan, running: Plan | None, policy: UpgradePolicy, identity: QueryIdentity
