@@ -33,14 +33,18 @@ from typing import TYPE_CHECKING, Any
 from sluice_runtime import eos_markers as em
 from sluice_runtime.kafka_security import KafkaSecurity, librdkafka_config
 from sluice_runtime.sink_exactly_once import (
+    ROUTED,
     FencedError,
+    OutRecord,
     TransactionalSink,
     checkpoint_exists,
     checkpoint_id,
     committed_offsets,
     default_transactional_id,
+    is_routed,
     marker_group,
-    producible,
+    out_record,
+    produce,
 )
 
 if TYPE_CHECKING:
@@ -72,6 +76,8 @@ class TaskBatch:
     partitions: int
     run: str
     transaction_timeout_ms: int
+    #: whether the rows name their own topic and carry headers (dead letters written with the batch)
+    routed: bool = False
 
 
 @dataclass(frozen=True)
@@ -97,7 +103,8 @@ def read_marker(batch: TaskBatch, partition: int) -> tuple[em.PartitionMarker, b
 
 
 def write_partition(batch: TaskBatch, partition: int, rows: Iterable[Any]) -> Iterator[PartitionResult]:
-    """Write one output partition of a batch (runs in the task); yields what it did."""
+    """Write one output partition of a batch (runs in the task): its rows are :class:`OutRecord`
+    or plain (key, value) pairs; yields what it did."""
     from confluent_kafka import KafkaError, KafkaException, Producer, TopicPartition
 
     pending = iter(rows)
@@ -122,13 +129,8 @@ def write_partition(batch: TaskBatch, partition: int, rows: Iterable[Any]) -> It
         # the driver run's fence first: a zombie's task learns it before it writes anything
         producer.send_offsets_to_transaction(
             [TopicPartition(batch.topic, 0, batch.batch + 1)], batch.fence_group_metadata, 30)
-        for key, value in itertools.chain([first], pending):
-            while True:
-                try:
-                    producer.produce(batch.topic, value=producible(value), key=producible(key))
-                    break
-                except BufferError:
-                    producer.poll(0.05)
+        for record in itertools.chain([first], pending):
+            produce(producer, batch.topic, record if type(record) is OutRecord else OutRecord(*record))
             count += 1
             producer.poll(0)
         producer.send_offsets_to_transaction(
@@ -160,7 +162,7 @@ def _abort(producer: Any) -> None:
 
 
 def _run_partition(batch: TaskBatch, partition: int, rows: Iterable[Any]) -> Iterator[PartitionResult]:
-    return write_partition(batch, partition, ((r[0], r[1]) for r in rows))
+    return write_partition(batch, partition, (out_record(r, batch.routed) for r in rows))
 
 
 class FenceMember:
@@ -237,18 +239,19 @@ class FenceMember:
             self._consumer = None
 
 
-def writer_partitions(frame: DataFrame) -> DataFrame:
-    """The encoded (key, value) rows of a batch as its tasks write them: a replayed batch must give
-    each task the same rows again, and the partitions of a Kafka source come in an order that
-    changes across driver restarts, so the rows are hash-partitioned by their key (by their value
-    when they have none: keyless rows spread too), into as many partitions as the batch has. A
-    key's rows stay together and in order."""
+def writer_partitions(frame: DataFrame, partitions: int | None = None) -> DataFrame:
+    """The encoded (key, value[, topic, headers]) rows of a batch as its tasks write them: a
+    replayed batch must give each task the same rows again, and the partitions of a Kafka source
+    come in an order that changes across driver restarts, so the rows are hash-partitioned by their
+    key (by their value when they have none: keyless rows spread too), into as many partitions as
+    the batch has (``partitions`` when given). A key's rows stay together and in order."""
     from pyspark.sql import functions as F
 
-    encoded = frame.select("key", "value")
-    partitions = encoded.rdd.getNumPartitions()
+    encoded = frame.select("key", "value", *(ROUTED if is_routed(frame) else ()))
+    have = encoded.rdd.getNumPartitions()
+    partitions = partitions or have
     if partitions <= 1:
-        return encoded
+        return encoded if have <= 1 else encoded.coalesce(1)
     by = F.coalesce(F.col("key").cast("binary"), F.col("value").cast("binary"))
     return encoded.repartition(partitions, by)
 
@@ -338,9 +341,10 @@ class TaskSink:
         if self.driver_marker is not None:
             log.info("exactly-once tasks: the driver-side sink committed up to batch %s", self.driver_marker)
 
-    def write_batch(self, frame: DataFrame, batch_id: int) -> bool:
-        """Write an encoded (key, value) frame from its tasks; False when every partition of it
-        was already committed (by tasks, or by the driver-side sink before a switch)."""
+    def write_batch(self, frame: DataFrame, batch_id: int, partitions: int | None = None) -> bool:
+        """Write an encoded (key, value[, topic, headers]) frame from its tasks, in ``partitions``
+        writer partitions (the frame's own by default); False when every partition of it was
+        already committed (by tasks, or by the driver-side sink before a switch)."""
         started = time.monotonic()
         self.last_timings = {}
         self._await_start()
@@ -352,14 +356,15 @@ class TaskSink:
             log.info("exactly-once tasks: batch %s committed by the driver-side sink, skipped", batch_id)
             self.skipped.append(batch_id)
             return False
-        rdd = writer_partitions(frame).rdd
+        routed = is_routed(frame)
+        rdd = writer_partitions(frame, partitions).rdd
         batch = TaskBatch(
             client=self.client, producer=self.producer, topic=self.topic,
             transactional_base=self.transactional_base,
             marker_group=marker_group(self.query_id, checkpoint_id(self.checkpoint), self.consumer_group),
             fence_group_metadata=self.member.metadata(), fence_group=self.member.group, batch=batch_id,
             partitions=rdd.getNumPartitions(), run=self.run,
-            transaction_timeout_ms=self.transaction_timeout_ms)
+            transaction_timeout_ms=self.transaction_timeout_ms, routed=routed)
         try:
             results: list[PartitionResult] = rdd.mapPartitionsWithIndex(
                 functools.partial(_run_partition, batch)).collect()

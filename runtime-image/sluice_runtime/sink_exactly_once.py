@@ -24,7 +24,7 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from sluice_runtime.kafka_security import KafkaSecurity, librdkafka_config
 
@@ -88,12 +88,52 @@ def committed_offsets(consumer: Any, partitions: list[Any], attempts: int = 10) 
     raise AssertionError("unreachable")
 
 
-def batch_rows(frame: DataFrame) -> Iterator[tuple[Any, Any]]:
-    """An encoded batch's (key, value) rows, one partition at a time (a batch may be larger than
-    the driver's memory), the next one computed while this one is consumed. Binary columns (an
-    Avro value) come as ``bytearray``, which the producer refuses: they are given as ``bytes``."""
-    return ((producible(r["key"]), producible(r["value"]))
-            for r in frame.toLocalIterator(prefetchPartitions=True))
+#: the optional columns of an encoded batch besides ``key`` and ``value``: a row's own topic and
+#: headers (a dead letter written with its batch, :func:`sluice_runtime.pipeline.with_dead_letters`)
+ROUTED = ("topic", "headers")
+
+
+class OutRecord(NamedTuple):
+    """One record to produce: ``topic`` None for the sink's topic, ``headers`` None for none."""
+
+    key: Any
+    value: Any
+    topic: str | None = None
+    headers: list[tuple[str, bytes | None]] | None = None
+
+
+def is_routed(frame: DataFrame) -> bool:
+    """Whether an encoded batch's rows name their own topic (and carry headers)."""
+    return "topic" in frame.columns
+
+
+def out_record(row: Any, routed: bool) -> OutRecord:
+    """A Spark row of an encoded batch as the producer takes it (``bytes`` for ``bytearray``)."""
+    if not routed:
+        return OutRecord(producible(row[0]), producible(row[1]))
+    headers = row[3]
+    return OutRecord(producible(row[0]), producible(row[1]), row[2],
+                     None if headers is None else [(h[0], producible(h[1])) for h in headers])
+
+
+def produce(producer: Any, topic: str, record: OutRecord) -> None:
+    """Produce ``record`` (to ``topic`` unless it names its own), waiting while the queue is full."""
+    extra = {} if record.headers is None else {"headers": record.headers}
+    while True:
+        try:
+            producer.produce(record.topic or topic, value=record.value, key=record.key, **extra)
+            return
+        except BufferError:
+            producer.poll(0.05)
+
+
+def batch_rows(frame: DataFrame) -> Iterator[OutRecord]:
+    """An encoded batch's records, one partition at a time (a batch may be larger than the
+    driver's memory), the next one computed while this one is consumed. Binary columns (an Avro
+    value) come as ``bytearray``, which the producer refuses: they are given as ``bytes``."""
+    routed = is_routed(frame)
+    columns = ["key", "value", *ROUTED] if routed else ["key", "value"]
+    return (out_record(r, routed) for r in frame.select(*columns).toLocalIterator(prefetchPartitions=True))
 
 
 def producible(data: Any) -> Any:
@@ -223,7 +263,8 @@ class TransactionalSink:
 
     # -- writing ---------------------------------------------------------------------------
     def write_batch(self, frame: DataFrame, batch_id: int) -> bool:
-        """Write an encoded (key, value) frame; False when the batch was already committed."""
+        """Write an encoded (key, value[, topic, headers]) frame; False when the batch was already
+        committed."""
         started = time.monotonic()
         self.last_timings = {}
         written = self.write_rows(batch_rows(frame), batch_id)
@@ -248,13 +289,8 @@ class TransactionalSink:
         producer = self._producer
         try:
             producer.begin_transaction()
-            for key, value in rows:
-                while True:
-                    try:
-                        producer.produce(self.topic, value=value, key=key)
-                        break
-                    except BufferError:
-                        producer.poll(0.05)
+            for record in rows:  # OutRecords, or plain (key, value) pairs
+                produce(producer, self.topic, record if type(record) is OutRecord else OutRecord(*record))
                 producer.poll(0)
             committing = time.monotonic()
             marker = [TopicPartition(self.topic, 0, batch_id + 1)]
