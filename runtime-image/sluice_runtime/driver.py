@@ -83,7 +83,8 @@ def _monitor(pipeline: Pipeline, state: RuntimeState, stop: threading.Event,
         try:
             main = pipeline.main
             for q in pipeline.all_queries():
-                recent = tails.setdefault(id(q), ProgressTail(q)).poll()  # new reports only
+                scans = pipeline.scans if q is main else None  # a source scanned twice: its dead letters
+                recent = tails.setdefault(id(q), ProgressTail(q, scans)).poll()  # new reports only
                 state.metrics.observe_recent(str(q.name), recent, q.isActive)
                 if progress is not None:
                     progress.observe(recent, main=q is main)

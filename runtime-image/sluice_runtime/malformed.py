@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
     from sluice.core.plan.model import FieldSpec
 
-    from sluice_runtime.steps.base import BuildContext
+    from sluice_runtime.steps.base import BuildContext, DeadLetterRoute
 
 PARSED = "_sluice_parsed"
 MALFORMED = "_sluice_malformed"
@@ -62,16 +62,23 @@ def parse(raw: DataFrame, columns: list[FieldSpec]) -> DataFrame:
     return df.withColumn(MALFORMED, bad)
 
 
+def observe(tagged: DataFrame, source_id: str, ctx: BuildContext | None) -> DataFrame:
+    """``tagged`` observing its malformed count per batch (``malformed-<source id>``)."""
+    from pyspark.sql import functions as F
+
+    name = observation_name(source_id)
+    if ctx is not None:
+        ctx.observations[source_id] = name
+    return tagged.observe(name, F.sum(F.col(MALFORMED).cast("long")).alias("malformed"))
+
+
 def apply_policy(tagged: DataFrame, policy: str, source_id: str, ctx: BuildContext | None,
                  reason: Column | None = None) -> DataFrame:
     """Count malformed records and keep only the good ones (or fail on the first bad one, with
     ``reason`` when the format gives one)."""
     from pyspark.sql import functions as F
 
-    name = observation_name(source_id)
-    observed = tagged.observe(name, F.sum(F.col(MALFORMED).cast("long")).alias("malformed"))
-    if ctx is not None:
-        ctx.observations[source_id] = name
+    observed = tagged if ctx is not None and not ctx.observe else observe(tagged, source_id, ctx)
     if policy == "fail":
         default = F.lit("record value does not parse against the declared columns")
         why = reason if reason is not None else default
@@ -113,6 +120,28 @@ def dead_letter_frame(tagged: DataFrame, columns: list[FieldSpec] | None = None,
         ),
     )
     return tagged.filter(F.col(MALFORMED)).select("key", "value", headers.alias("headers"))
+
+
+#: Spark's Kafka sink's ``headers`` column: a dead letter's
+HEADERS_TYPE = "array<struct<key:string,value:binary>>"
+
+
+def with_dead_letters(encoded: DataFrame, topic: str, routes: list[DeadLetterRoute]) -> DataFrame:
+    """The main query's frame with the batch's dead letters: the encoded output rows (to
+    ``topic``, without headers) and each route's dead letters (to its topic, with their headers),
+    as (key, value, topic, headers) rows: Spark's Kafka sink takes each row's topic from the row,
+    and so do the exactly-once sinks (:func:`sluice_runtime.sink_exactly_once.out_record`)."""
+    from pyspark.sql import functions as F
+
+    def routed(frame: DataFrame, to: str, headers: Any) -> DataFrame:
+        return frame.select(F.col("key").cast("binary").alias("key"),
+                            F.col("value").cast("binary").alias("value"),
+                            F.lit(to).alias("topic"), headers.cast(HEADERS_TYPE).alias("headers"))
+
+    out = routed(encoded, topic, F.lit(None))
+    for route in routes:
+        out = out.unionByName(routed(route.frame, route.topic, F.col("headers")))
+    return out
 
 
 def observed_counts(progress: dict[str, Any]) -> dict[str, int]:

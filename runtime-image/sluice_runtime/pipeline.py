@@ -7,10 +7,26 @@ so that a drain can finish the batch in flight and stop before the next one writ
 * ``exactlyOnce``: each batch is written in one Kafka transaction
   (:mod:`sluice_runtime.sink_exactly_once`).
 
-Sources whose malformed policy is ``deadLetter`` get a second query that writes their malformed
-records to the dead-letter topic, checkpointed under ``<checkpoint>/dlq/<source id>``. It triggers
-every :data:`DEAD_LETTER_INTERVAL` at most (the sink's trigger when that is longer): each of its
-batches reads the source again.
+Sources whose malformed policy is ``deadLetter`` send their malformed records to the dead-letter
+topic **with the batch that read them**, every output row naming its topic
+(:func:`sluice_runtime.malformed.with_dead_letters`), so one query, one checkpoint and one trigger
+cover both, and an exactly-once sink writes the dead letters in the batch's transactions:
+
+* a plan of one source without a stateful step (:func:`one_read_source`): the streaming query
+  reads and parses the source (its records tagged, the malformed ones counted); each micro-batch
+  is persisted and the plan's steps are built over it as a batch (:func:`build_read_once`): the
+  output rows and the dead letters come from **one read and one parse**;
+* any other plan: the main query's frame is the union of the encoded output rows and each such
+  source's dead letters. Each branch scans the batch's offset range of the source (Spark reuses
+  no scan across branches), so a dead-letter source is read twice per batch, in the same batch;
+  Spark then sums both scans into the source's ``numInputRows``, which :func:`source_scans` and
+  :class:`sluice_runtime.progress.ProgressTail` correct.
+
+A checkpoint an older runtime started keeps its dead-letter queries of its own (offsets under
+``<checkpoint>/dlq/<source id>``, :func:`separate_dead_letters`): their offsets lag the main
+query's, and moving the dead letters into the main query there would skip what lies between.
+Such a query triggers every :data:`DEAD_LETTER_INTERVAL` at most (the sink's trigger when that is
+longer); each of its batches reads the source again.
 
 A version that writes a topic other than its plan's sink topic (a backfill's, ``SLUICE_OUTPUT_TOPIC``)
 runs its plan with the sink topic substituted (:func:`with_output_topic`): everything derived from
@@ -33,7 +49,7 @@ from sluice.core.plan.model import KafkaSinkV1, KafkaSourceV1, Plan
 from sluice.core.versions import dead_letter_topic
 
 from sluice_runtime import avro as avro_mod
-from sluice_runtime import kafka_admin
+from sluice_runtime import kafka_admin, malformed
 from sluice_runtime.avro import AvroSettings
 from sluice_runtime.drain import BatchGate, Drainable, last_offsets
 from sluice_runtime.eos_tasks import TaskSink
@@ -41,6 +57,7 @@ from sluice_runtime.frames import build_frames, query_name
 from sluice_runtime.kafka_security import KafkaSecurity
 from sluice_runtime.sink_exactly_once import TransactionalSink
 from sluice_runtime.steps import BuildContext
+from sluice_runtime.steps.base import DeadLetterRoute
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -66,6 +83,9 @@ class Pipeline:
     failure: BaseException | None = None
     #: the registry settings and writer schemas the pipeline was built with
     avro: AvroSettings = field(default_factory=AvroSettings)
+    #: topic -> how many times the main query scans it per batch (more than once: a source whose
+    #: dead letters go with the batch, :func:`source_scans`)
+    scans: dict[str, int] = field(default_factory=dict)
 
     def start_deferred(self) -> None:
         """Start the dead-letter queries held back; a failure is kept in :attr:`failure`."""
@@ -113,6 +133,58 @@ def with_output_topic(plan: Plan, topic: str) -> Plan:
     return plan.model_copy(update={"steps": steps, "hash": plan_hash})
 
 
+def source_scans(plan: Plan, routes: list[DeadLetterRoute]) -> dict[str, int]:
+    """Topic -> scans per batch of the main query whose frame is
+    :func:`sluice_runtime.malformed.with_dead_letters`'s: one
+    for every source, one more for each of its dead-letter routes."""
+    ids = {r.source_id for r in routes}
+    return {s.topic: 1 + (s.id in ids) for s in plan.steps if isinstance(s, KafkaSourceV1)}
+
+
+#: step types that keep no state from one micro-batch to the next
+STATELESS_STEPS = frozenset({"kafkaSourceV1", "watermarkV1", "filterV1", "projectV1", "unionV1",
+                             "kafkaSinkV1"})
+
+
+def one_read_source(plan: Plan) -> KafkaSourceV1 | None:
+    """The source whose micro-batches are read and parsed once for both outputs: the plan's only
+    source, when its malformed records go to a dead-letter topic and no step keeps state (a
+    stateful step's state lives in the streaming query, so its input must stay in there: such a
+    plan gets the dead letters through :func:`sluice_runtime.malformed.with_dead_letters` in the
+    streaming query, which scans the source twice)."""
+    sources = [s for s in plan.steps if isinstance(s, KafkaSourceV1)]
+    if len(sources) != 1 or sources[0].malformed.policy != "deadLetter":
+        return None
+    if any(s.type not in STATELESS_STEPS for s in plan.steps):
+        return None
+    return sources[0]
+
+
+def build_read_once(prepared: Prepared, source_id: str, frame: DataFrame,
+                    reason: Any) -> tuple[DataFrame, int]:
+    """A micro-batch of :func:`one_read_source`'s records, tagged by the streaming query (and
+    persisted by the caller), built into what the sink writes: the plan's steps over it as a
+    batch, its output rows and their dead letters (:func:`sluice_runtime.malformed.with_dead_letters`);
+    and how many partitions the output rows have (the tasks' writer partitions)."""
+    ctx = dataclasses.replace(prepared.ctx, tagged={source_id: (frame, reason)}, dead_letters=[],
+                              observations={}, observe=False)
+    frames = build_frames(prepared.plan, ctx)
+    sink = prepared.plan.sink
+    out = frames[sink.id]
+    return malformed.with_dead_letters(out, sink.topic, ctx.dead_letters), out.rdd.getNumPartitions()
+
+
+def dead_letter_checkpoint(checkpoint: str, source_id: str) -> str:
+    """Where a dead-letter query of its own keeps its offsets (:func:`separate_dead_letters`)."""
+    return f"{checkpoint.rstrip('/')}/dlq/{source_id}"
+
+
+def separate_dead_letters(checkpoint: str, routes: list[DeadLetterRoute]) -> bool:
+    """Whether the dead letters keep queries of their own on ``checkpoint``: an older runtime
+    started one there (it has offsets)."""
+    return any(last_offsets(dead_letter_checkpoint(checkpoint, r.source_id)) is not None for r in routes)
+
+
 def _trigger(writer: Any, processing_time: str | None, available_now: bool) -> Any:
     if available_now:
         return writer.trigger(availableNow=True)
@@ -121,7 +193,8 @@ def _trigger(writer: Any, processing_time: str | None, available_now: bool) -> A
     return writer
 
 
-#: a dead-letter query's shortest trigger interval. Dead letters are for people and alerts, not for a
+#: a dead-letter query's shortest trigger interval (a query of its own, on a checkpoint an older
+#: runtime started: :func:`separate_dead_letters`). Dead letters are for people and alerts, not for a
 #: consumer waiting downstream, and a dead-letter batch costs about what a main batch costs (it reads
 #: the source again, plans, commits): at the main query's second it was a third of an idle driver's
 #: CPU (``bench/bench_steady.py``); at ten seconds it is lost in that benchmark's noise
@@ -202,7 +275,7 @@ def with_start_offsets(prepared: Prepared, offsets: dict[str, str],
     :func:`sluice_runtime.config.start_from_options`) when given: the DataFrames are built again
     (Spark reads these options when a query starts on an empty checkpoint, and only then)."""
     ctx = dataclasses.replace(prepared.ctx, start_offsets=dict(offsets), start_from=start_from,
-                              dead_letters=[], observations={})
+                              dead_letters=[], observations={}, tagged={})
     return Prepared(plan=prepared.plan, ctx=ctx, frames=build_frames(prepared.plan, ctx),
                     query_id=prepared.query_id)
 
@@ -215,7 +288,7 @@ def with_new_writer_schemas(prepared: Prepared) -> Prepared | None:
     if fresh is None:
         return None
     log.info("avro: the source subjects have new schema ids; the pipeline is built again")
-    ctx = dataclasses.replace(prepared.ctx, avro=fresh, dead_letters=[], observations={})
+    ctx = dataclasses.replace(prepared.ctx, avro=fresh, dead_letters=[], observations={}, tagged={})
     return Prepared(plan=prepared.plan, ctx=ctx, frames=build_frames(prepared.plan, ctx),
                     query_id=prepared.query_id)
 
@@ -286,10 +359,10 @@ def start_pipeline(
     """Start a prepared pipeline on ``checkpoint``. The exactly-once producer is initialised while
     the queries start (that fences every older driver of the same transactional id), and before
     the first write (``eos_writers``: who writes exactly-once output, see
-    :attr:`sluice_runtime.config.RunConfig.eos_writers`). ``defer_dead_letters``: start the main
-    query only; the dead-letter queries start with :meth:`Pipeline.start_deferred` (a takeover's
-    first batch then has the CPU to itself: the dead-letter queries resume from their own
-    checkpoints a moment later)."""
+    :attr:`sluice_runtime.config.RunConfig.eos_writers`). ``defer_dead_letters``: on a checkpoint
+    with dead-letter queries of their own (:func:`separate_dead_letters`), start the main query
+    only; those start with :meth:`Pipeline.start_deferred` (a takeover's first batch then has the
+    CPU to itself: they resume from their own checkpoints a moment later)."""
     plan, ctx, frames, query_id = prepared.plan, prepared.ctx, prepared.frames, prepared.query_id
     bootstrap, security, consumer_group = ctx.bootstrap, ctx.security, ctx.consumer_group
     sink = plan.sink
@@ -299,7 +372,10 @@ def start_pipeline(
     def alo_writer(topic: str) -> Any:
         def write(frame: DataFrame, batch_id: int) -> None:
             del batch_id
-            frame.write.format("kafka").options(**kafka_opts).option("topic", topic).save()
+            writer = frame.write.format("kafka").options(**kafka_opts)
+            if "topic" not in frame.columns:  # else each row names its own
+                writer = writer.option("topic", topic)
+            writer.save()
 
         return write
 
@@ -317,9 +393,33 @@ def start_pipeline(
     dead_letter: dict[str, StreamingQuery] = {}
     dlq_checkpoints: dict[str, str] = {}
 
+    separate = separate_dead_letters(checkpoint, ctx.dead_letters)
+    routes = [] if separate else list(ctx.dead_letters)
+    once = one_read_source(plan) if routes else None
+    write: Callable[[DataFrame, int], Any] = write_main
+    if once is not None:  # the streaming query reads and parses; each batch is built from that
+        tagged, reason = ctx.tagged[once.id]
+        output = malformed.observe(tagged, once.id, None)
+        scans = source_scans(plan, [])
+
+        def write(frame: DataFrame, batch_id: int) -> Any:
+            frame.persist()
+            try:
+                built, partitions = build_read_once(prepared, once.id, frame, reason)
+                if isinstance(eos, TaskSink):
+                    return eos.write_batch(built, batch_id, partitions=partitions)
+                return write_main(built, batch_id)
+            finally:
+                frame.unpersist()
+    elif routes:
+        output = malformed.with_dead_letters(frames[sink.id], sink.topic, routes)
+        scans = source_scans(plan, routes)
+    else:
+        output, scans = frames[sink.id], source_scans(plan, [])
+
     def start_dead_letter(route: Any) -> StreamingQuery:
         name = query_name(query_id, f"-dlq-{route.source_id}")
-        dlq_ckpt = f"{checkpoint.rstrip('/')}/dlq/{route.source_id}"
+        dlq_ckpt = dead_letter_checkpoint(checkpoint, route.source_id)
         dlq_write = alo_writer(route.topic)
 
         def dlq_batch(frame: DataFrame, batch_id: int) -> None:
@@ -333,17 +433,17 @@ def start_pipeline(
 
     started: list[StreamingQuery] = []
     try:
-        if not defer_dead_letters:
+        if separate and not defer_dead_letters:
             for route in ctx.dead_letters:
                 started.append(start_dead_letter(route))
 
         main_name = query_name(query_id)
 
         def main_batch(frame: DataFrame, batch_id: int) -> None:
-            gate.run(main_name, batch_id, lambda: write_main(frame, batch_id))
+            gate.run(main_name, batch_id, lambda: write(frame, batch_id))
 
         writer = (
-            frames[sink.id]
+            output
             .writeStream.queryName(main_name)
             .outputMode(sink.output_mode)
             .option("checkpointLocation", checkpoint)
@@ -367,8 +467,9 @@ def start_pipeline(
         eos_sink=eos,
         observations=dict(ctx.observations),
         avro=ctx.avro,
+        scans=scans,
     )
-    if defer_dead_letters:
+    if separate and defer_dead_letters:
         pipeline.deferred = [functools.partial(start_dead_letter, route) for route in ctx.dead_letters]
     return pipeline
 
@@ -383,7 +484,8 @@ def build_query(
     available_now: bool = False,
     security: KafkaSecurity | None = None,
 ) -> StreamingQuery:
-    """Start the plan's pipeline; return its main query (dead-letter queries run alongside)."""
+    """Start the plan's pipeline; return its main query (which writes the dead letters too, but on
+    a checkpoint with dead-letter queries of their own, :func:`separate_dead_letters`)."""
     return build_pipeline(
         spark,
         plan,

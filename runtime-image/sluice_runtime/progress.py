@@ -88,13 +88,44 @@ def first_new(count: int, stamp: Callable[[int], str], last: str | None) -> int:
     return index
 
 
+def counted_once(report: dict[str, Any], scans: Mapping[str, int]) -> dict[str, Any]:
+    """A report (JSON shape) with the rows of each Kafka source counted once. ``scans``: topic ->
+    how many times the query scans the source per batch; Spark sums the rows of every scan of a
+    source into its ``numInputRows`` (a source whose dead letters go with the batch is scanned
+    twice, :func:`sluice_runtime.pipeline.source_scans`). The query's totals and rates follow."""
+    sources = report.get("sources") or []
+    if all(times <= 1 for times in scans.values()):
+        return report
+    fixed = dict(report)
+    fixed["sources"] = []
+    for source in sources:
+        topics = list(_partition_offsets(source.get("endOffset")) or {})
+        times = scans.get(topics[0], 1) if len(topics) == 1 else 1
+        source = dict(source)
+        if times > 1:
+            source["numInputRows"] = int(source.get("numInputRows") or 0) // times
+            for rate in ("inputRowsPerSecond", "processedRowsPerSecond"):
+                if isinstance(source.get(rate), (int, float)):
+                    source[rate] = source[rate] / times
+        fixed["sources"].append(source)
+    before = int(report.get("numInputRows") or 0)
+    after = sum(int(s.get("numInputRows") or 0) for s in fixed["sources"])
+    fixed["numInputRows"] = after
+    for rate in ("inputRowsPerSecond", "processedRowsPerSecond"):
+        if before and isinstance(report.get(rate), (int, float)):
+            fixed[rate] = report[rate] * after / before
+    return fixed
+
+
 class ProgressTail:
     """The progress reports of one query that :meth:`poll` has not returned before, oldest first
-    (the same objects as ``recentProgress``'s)."""
+    (converted as ``recentProgress`` converts them), with each source's rows counted once
+    (``scans``, :func:`counted_once`)."""
 
-    def __init__(self, query: Any) -> None:
+    def __init__(self, query: Any, scans: Mapping[str, int] | None = None) -> None:
         self.query = query
         self.last: str | None = None
+        self.scans = dict(scans or {})
 
     def poll(self) -> list[Any]:
         from pyspark.sql.streaming.listener import StreamingQueryProgress
@@ -102,7 +133,8 @@ class ProgressTail:
         reports = self.query._jsq.recentProgress()  # one Py4J call: the JVM's array
         count = len(reports)
         index = first_new(count, lambda i: str(reports[i].timestamp()), self.last)
-        fresh = [StreamingQueryProgress.fromJson(json.loads(reports[i].json())) for i in range(index, count)]
+        fresh = [StreamingQueryProgress.fromJson(counted_once(json.loads(reports[i].json()), self.scans))
+                 for i in range(index, count)]
         if fresh:
             self.last = str(fresh[-1]["timestamp"])
         return fresh

@@ -12,7 +12,7 @@ standby runs **the plan itself** once, before it waits for the Lease:
   beside the query's checkpoint when that is in an object store (never the query's checkpoint,
   never its consumer group's offsets: Spark's source commits none);
 * its output is read the way the sink reads it, and dropped: nothing is produced, no transaction
-  is started, no producer fenced; dead-letter routes run the same way.
+  is started, no producer fenced; dead letters go with its batches, as in the main query.
 
 Best effort: a warm-up that fails or outlasts ``timeout`` is logged and stopped; the standby is
 then as warm as it got (a plan that cannot run fails again, and is reported, when it starts).
@@ -30,7 +30,7 @@ import uuid
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
-from sluice_runtime import checkpointstore
+from sluice_runtime import checkpointstore, malformed
 from sluice_runtime.frames import build_frames, query_name, source_topics
 from sluice_runtime.kafka_security import KafkaSecurity, librdkafka_config
 from sluice_runtime.sink_exactly_once import batch_rows
@@ -108,20 +108,13 @@ def warm_up_plan(ctx: BuildContext, *, timeout: float = WARM_TIMEOUT,
             else:
                 frame.write.format("noop").mode("overwrite").save()
 
-        def noop(frame: DataFrame, batch_id: int) -> None:
-            del batch_id
-            frame.write.format("noop").mode("overwrite").save()
-
-        writer = (frames[sink.id].writeStream.queryName(query_name(ctx.query_id, "-warm-up"))
+        output = frames[sink.id]
+        if warm_ctx.dead_letters:  # the shape the main query runs: its dead letters with its batches
+            output = malformed.with_dead_letters(output, sink.topic, warm_ctx.dead_letters)
+        writer = (output.writeStream.queryName(query_name(ctx.query_id, "-warm-up"))
                   .outputMode(sink.output_mode).option("checkpointLocation", f"{scratch}/main")
                   .foreachBatch(consume).trigger(availableNow=True))
         queries.append(writer.start())
-        for route in warm_ctx.dead_letters:
-            name = query_name(ctx.query_id, f"-warm-up-dlq-{route.source_id}")
-            w = (route.frame.writeStream.queryName(name)
-                 .option("checkpointLocation", f"{scratch}/dlq-{route.source_id}")
-                 .foreachBatch(noop).trigger(availableNow=True))
-            queries.append(w.start())
         deadline = started + timeout
         for q in queries:
             while time.monotonic() < deadline and not (cancel is not None and cancel.is_set()):

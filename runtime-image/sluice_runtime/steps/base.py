@@ -50,6 +50,14 @@ class BuildContext:
     #: the schema registry, the avro sink's schema id and the writer schemas fetched so far
     #: (``SLUICE_SCHEMA_REGISTRY_*``, ``SLUICE_SINK_SCHEMA_ID``; :mod:`sluice_runtime.avro`)
     avro: AvroSettings = field(default_factory=AvroSettings)
+    #: source id -> its records tagged (``_sluice_parsed``, ``_sluice_malformed``) and a malformed
+    #: record's reason: filled by the source builder as it builds (the streaming frames); given,
+    #: the builder takes the records from there instead of reading the topic (a batch built from a
+    #: micro-batch read once, :func:`sluice_runtime.pipeline.one_read_source`)
+    tagged: dict[str, tuple[DataFrame, Any]] = field(default_factory=dict)
+    #: whether the sources observe their malformed counts (not in a batch built from a micro-batch:
+    #: the streaming query observed them)
+    observe: bool = True
 
     def kafka_options(self) -> dict[str, str]:
         """Kafka client options for Spark's connector (``kafka.``-prefixed): address and security."""

@@ -106,8 +106,11 @@ def _tag_value(step: KafkaSourceV1, raw: DataFrame, ctx: BuildContext) -> tuple[
 
 def build(step: KafkaSourceV1, inputs: list[DataFrame], ctx: BuildContext) -> DataFrame:
     del inputs
-    raw = read_kafka(step, ctx)
-    tagged, reason = tag(step, raw, ctx)
+    if step.id in ctx.tagged:  # a micro-batch's records, read once
+        tagged, reason = ctx.tagged[step.id]
+    else:
+        tagged, reason = tag(step, read_kafka(step, ctx), ctx)
+        ctx.tagged[step.id] = (tagged, reason)
     policy = step.malformed.policy
     if policy == "deadLetter":
         topic = step.malformed.topic or default_dead_letter_topic(ctx.plan.sink.topic)
