@@ -13,14 +13,16 @@ each, every run a fresh driver process on a checkpoint of its own, and measures 
 
 Modes (combine with ``+``): ``runtime`` (the runtime's Spark settings), ``spark`` (Spark's own
 checkpoint file manager, on Hadoop's FileContext, instead of the runtime's), ``dlq`` (the source's
-malformed policy ``deadLetter``, which adds a dead-letter query; default ``skip``), ``monitor`` (the
+malformed policy ``deadLetter``: dead letters written with the batch; default ``skip``),
+``separate`` (with ``dlq``: a dead-letter query of its own, as before dead letters went with the
+batch and as a checkpoint an older runtime started still runs), ``monitor`` (the
 runtime's progress monitor runs, as in a pod), ``recent`` (the monitor reads every report Spark
 retains each second, PySpark's ``recentProgress``, as it did before ``sluice_runtime.progress``),
-``dlqfast`` (the dead-letter query triggers with the main query, as it did before
+``dlqfast`` (with ``separate``: the dead-letter query triggers with the main query, as it did before
 ``sluice_runtime.pipeline.DEAD_LETTER_INTERVAL``). ``spark+recent+dlqfast`` is a driver as it ran
-before those three changes.
+before those three changes (add ``separate``).
 
-    python bench/bench_steady.py [--rounds 2] [--modes spark+recent+dlqfast+monitor+dlq,monitor+dlq]
+    python bench/bench_steady.py [--rounds 2] [--modes spark+recent+dlqfast+separate+monitor+dlq,monitor+dlq]
         [--window 60:150]
 
 Starts its own Kafka broker under a temporary directory and stops it at the end.
@@ -87,6 +89,8 @@ def child(args: argparse.Namespace) -> int:
     from sluice_runtime.session import create_spark
 
     parts = set(args.mode.split("+"))
+    if "separate" in parts:
+        pipeline_mod.separate_dead_letters = lambda checkpoint, routes: bool(routes)  # type: ignore[assignment]
     if "dlqfast" in parts:
         pipeline_mod.dead_letter_interval = lambda sink: sink.trigger.processing_time or "0 seconds"
     plan = plan_for(args.src, args.out, "select", "deadLetter" if "dlq" in parts else "skip")
@@ -121,7 +125,7 @@ def child(args: argparse.Namespace) -> int:
 def main() -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=2)
-    parser.add_argument("--modes", default="spark+recent+dlqfast+monitor+dlq,runtime+monitor+dlq")
+    parser.add_argument("--modes", default="spark+recent+dlqfast+separate+monitor+dlq,runtime+monitor+dlq")
     parser.add_argument("--rate", type=float, default=20.0)
     parser.add_argument("--window", default="60:150", help="A:B, seconds after the driver started")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
