@@ -8,19 +8,9 @@ so that a drain can finish the batch in flight and stop before the next one writ
   (:mod:`sluice_runtime.sink_exactly_once`).
 
 Sources whose malformed policy is ``deadLetter`` send their malformed records to the dead-letter
-topic **with the batch that read them**, every output row naming its topic
-(:func:`sluice_runtime.malformed.with_dead_letters`), so one query, one checkpoint and one trigger
-cover both, and an exactly-once sink writes the dead letters in the batch's transactions:
-
-* a plan of one source without a stateful step (:func:`one_read_source`): the streaming query
-  reads and parses the source (its records tagged, the malformed ones counted); each micro-batch
-  is persisted and the plan's steps are built over it as a batch (:func:`build_read_once`): the
-  output rows and the dead letters come from **one read and one parse**;
-* any other plan: the main query's frame is the union of the encoded output rows and each such
-  source's dead letters. Each branch scans the batch's offset range of the source (Spark reuses
-  no scan across branches), so a dead-letter source is read twice per batch, in the same batch;
-  Spark then sums both scans into the source's ``numInputRows``, which :func:`source_scans` and
-  :class:`sluice_runtime.progress.ProgressTail` correct.
+topic **with the batch that read them**, written by the main query's sink
+(:mod:`sluice_runtime.main_output`: one read and one parse of a stateless plan's batch; the union
+of output and dead letters in the streaming query otherwise).
 
 A checkpoint an older runtime started keeps its dead-letter queries of its own (offsets under
 ``<checkpoint>/dlq/<source id>``, :func:`separate_dead_letters`): their offsets lag the main
@@ -49,12 +39,13 @@ from sluice.core.plan.model import KafkaSinkV1, KafkaSourceV1, Plan
 from sluice.core.versions import dead_letter_topic
 
 from sluice_runtime import avro as avro_mod
-from sluice_runtime import kafka_admin, malformed
+from sluice_runtime import kafka_admin
 from sluice_runtime.avro import AvroSettings
 from sluice_runtime.drain import BatchGate, Drainable, last_offsets
 from sluice_runtime.eos_tasks import TaskSink
 from sluice_runtime.frames import build_frames, query_name
 from sluice_runtime.kafka_security import KafkaSecurity
+from sluice_runtime.main_output import main_output
 from sluice_runtime.sink_exactly_once import TransactionalSink
 from sluice_runtime.steps import BuildContext
 from sluice_runtime.steps.base import DeadLetterRoute
@@ -131,47 +122,6 @@ def with_output_topic(plan: Plan, topic: str) -> Plan:
             step = step.model_copy(update={"malformed": step.malformed.model_copy(update={"topic": moved})})
         steps.append(step)
     return plan.model_copy(update={"steps": steps, "hash": plan_hash})
-
-
-def source_scans(plan: Plan, routes: list[DeadLetterRoute]) -> dict[str, int]:
-    """Topic -> scans per batch of the main query whose frame is
-    :func:`sluice_runtime.malformed.with_dead_letters`'s: one
-    for every source, one more for each of its dead-letter routes."""
-    ids = {r.source_id for r in routes}
-    return {s.topic: 1 + (s.id in ids) for s in plan.steps if isinstance(s, KafkaSourceV1)}
-
-
-#: step types that keep no state from one micro-batch to the next
-STATELESS_STEPS = frozenset({"kafkaSourceV1", "watermarkV1", "filterV1", "projectV1", "unionV1",
-                             "kafkaSinkV1"})
-
-
-def one_read_source(plan: Plan) -> KafkaSourceV1 | None:
-    """The source whose micro-batches are read and parsed once for both outputs: the plan's only
-    source, when its malformed records go to a dead-letter topic and no step keeps state (a
-    stateful step's state lives in the streaming query, so its input must stay in there: such a
-    plan gets the dead letters through :func:`sluice_runtime.malformed.with_dead_letters` in the
-    streaming query, which scans the source twice)."""
-    sources = [s for s in plan.steps if isinstance(s, KafkaSourceV1)]
-    if len(sources) != 1 or sources[0].malformed.policy != "deadLetter":
-        return None
-    if any(s.type not in STATELESS_STEPS for s in plan.steps):
-        return None
-    return sources[0]
-
-
-def build_read_once(prepared: Prepared, source_id: str, frame: DataFrame,
-                    reason: Any) -> tuple[DataFrame, int]:
-    """A micro-batch of :func:`one_read_source`'s records, tagged by the streaming query (and
-    persisted by the caller), built into what the sink writes: the plan's steps over it as a
-    batch, its output rows and their dead letters (:func:`sluice_runtime.malformed.with_dead_letters`);
-    and how many partitions the output rows have (the tasks' writer partitions)."""
-    ctx = dataclasses.replace(prepared.ctx, tagged={source_id: (frame, reason)}, dead_letters=[],
-                              observations={}, observe=False)
-    frames = build_frames(prepared.plan, ctx)
-    sink = prepared.plan.sink
-    out = frames[sink.id]
-    return malformed.with_dead_letters(out, sink.topic, ctx.dead_letters), out.rdd.getNumPartitions()
 
 
 def dead_letter_checkpoint(checkpoint: str, source_id: str) -> str:
@@ -395,27 +345,15 @@ def start_pipeline(
 
     separate = separate_dead_letters(checkpoint, ctx.dead_letters)
     routes = [] if separate else list(ctx.dead_letters)
-    once = one_read_source(plan) if routes else None
-    write: Callable[[DataFrame, int], Any] = write_main
-    if once is not None:  # the streaming query reads and parses; each batch is built from that
-        tagged, reason = ctx.tagged[once.id]
-        output = malformed.observe(tagged, once.id, None)
-        scans = source_scans(plan, [])
+    output = main_output(plan, ctx, frames, routes)
 
-        def write(frame: DataFrame, batch_id: int) -> Any:
-            frame.persist()
-            try:
-                built, partitions = build_read_once(prepared, once.id, frame, reason)
-                if isinstance(eos, TaskSink):
-                    return eos.write_batch(built, batch_id, partitions=partitions)
-                return write_main(built, batch_id)
-            finally:
-                frame.unpersist()
-    elif routes:
-        output = malformed.with_dead_letters(frames[sink.id], sink.topic, routes)
-        scans = source_scans(plan, routes)
-    else:
-        output, scans = frames[sink.id], source_scans(plan, [])
+    def write(frame: DataFrame, batch_id: int) -> Any:
+        def to_sink(built: DataFrame, partitions: int | None) -> Any:
+            if isinstance(eos, TaskSink):
+                return eos.write_batch(built, batch_id, partitions=partitions)
+            return write_main(built, batch_id)
+
+        return output.write(frame, to_sink)
 
     def start_dead_letter(route: Any) -> StreamingQuery:
         name = query_name(query_id, f"-dlq-{route.source_id}")
@@ -443,7 +381,7 @@ def start_pipeline(
             gate.run(main_name, batch_id, lambda: write(frame, batch_id))
 
         writer = (
-            output
+            output.frame
             .writeStream.queryName(main_name)
             .outputMode(sink.output_mode)
             .option("checkpointLocation", checkpoint)
@@ -467,7 +405,7 @@ def start_pipeline(
         eos_sink=eos,
         observations=dict(ctx.observations),
         avro=ctx.avro,
-        scans=scans,
+        scans=output.scans,
     )
     if separate and defer_dead_letters:
         pipeline.deferred = [functools.partial(start_dead_letter, route) for route in ctx.dead_letters]

@@ -92,7 +92,7 @@ def counted_once(report: dict[str, Any], scans: Mapping[str, int]) -> dict[str, 
     """A report (JSON shape) with the rows of each Kafka source counted once. ``scans``: topic ->
     how many times the query scans the source per batch; Spark sums the rows of every scan of a
     source into its ``numInputRows`` (a source whose dead letters go with the batch is scanned
-    twice, :func:`sluice_runtime.pipeline.source_scans`). The query's totals and rates follow."""
+    twice, :func:`sluice_runtime.main_output.source_scans`). The query's totals and rates follow."""
     sources = report.get("sources") or []
     if all(times <= 1 for times in scans.values()):
         return report

@@ -12,7 +12,8 @@ standby runs **the plan itself** once, before it waits for the Lease:
   beside the query's checkpoint when that is in an object store (never the query's checkpoint,
   never its consumer group's offsets: Spark's source commits none);
 * its output is read the way the sink reads it, and dropped: nothing is produced, no transaction
-  is started, no producer fenced; dead letters go with its batches, as in the main query.
+  is started, no producer fenced; it runs what the main query runs (dead letters with its
+  batches, a stateless plan's batch read once, :mod:`sluice_runtime.main_output`).
 
 Best effort: a warm-up that fails or outlasts ``timeout`` is logged and stopped; the standby is
 then as warm as it got (a plan that cannot run fails again, and is reported, when it starts).
@@ -30,9 +31,10 @@ import uuid
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
-from sluice_runtime import checkpointstore, malformed
+from sluice_runtime import checkpointstore
 from sluice_runtime.frames import build_frames, query_name, source_topics
 from sluice_runtime.kafka_security import KafkaSecurity, librdkafka_config
+from sluice_runtime.main_output import main_output
 from sluice_runtime.sink_exactly_once import batch_rows
 from sluice_runtime.steps import BuildContext
 
@@ -100,18 +102,23 @@ def warm_up_plan(ctx: BuildContext, *, timeout: float = WARM_TIMEOUT,
         frames = build_frames(plan, warm_ctx)
         sink = plan.sink
 
-        def consume(frame: DataFrame, batch_id: int) -> None:
-            del batch_id
+        def drop(built: DataFrame, partitions: int | None) -> None:
+            del partitions
             if sink.delivery == "exactlyOnce":
-                for _ in batch_rows(frame):  # read as the exactly-once sink reads, then dropped
+                for _ in batch_rows(built):  # read as the exactly-once sink reads, then dropped
                     pass
             else:
-                frame.write.format("noop").mode("overwrite").save()
+                built.write.format("noop").mode("overwrite").save()
 
-        output = frames[sink.id]
-        if warm_ctx.dead_letters:  # the shape the main query runs: its dead letters with its batches
-            output = malformed.with_dead_letters(output, sink.topic, warm_ctx.dead_letters)
-        writer = (output.writeStream.queryName(query_name(ctx.query_id, "-warm-up"))
+        # the shape the main query runs (:mod:`sluice_runtime.main_output`): dead letters with its
+        # batches, a stateless plan's batch read once
+        output = main_output(plan, warm_ctx, frames, list(warm_ctx.dead_letters))
+
+        def consume(frame: DataFrame, batch_id: int) -> None:
+            del batch_id
+            output.write(frame, drop)
+
+        writer = (output.frame.writeStream.queryName(query_name(ctx.query_id, "-warm-up"))
                   .outputMode(sink.output_mode).option("checkpointLocation", f"{scratch}/main")
                   .foreachBatch(consume).trigger(availableNow=True))
         queries.append(writer.start())

@@ -53,7 +53,7 @@ class BuildContext:
     #: source id -> its records tagged (``_sluice_parsed``, ``_sluice_malformed``) and a malformed
     #: record's reason: filled by the source builder as it builds (the streaming frames); given,
     #: the builder takes the records from there instead of reading the topic (a batch built from a
-    #: micro-batch read once, :func:`sluice_runtime.pipeline.one_read_source`)
+    #: micro-batch read once, :func:`sluice_runtime.main_output.one_read_source`)
     tagged: dict[str, tuple[DataFrame, Any]] = field(default_factory=dict)
     #: whether the sources observe their malformed counts (not in a batch built from a micro-batch:
     #: the streaming query observed them)

@@ -1,6 +1,6 @@
 """Dead letters written with their batch, without Spark: which plans read a batch once
-(``sluice_runtime.pipeline.one_read_source``), the scans of each source
-(``sluice_runtime.pipeline.source_scans``), each source's rows counted once in the reports
+(``sluice_runtime.main_output.one_read_source``), the scans of each source
+(``sluice_runtime.main_output.source_scans``), each source's rows counted once in the reports
 (``sluice_runtime.progress.counted_once``, on the report shape real PySpark gave in
 tests/integration/test_dead_letters_with_batch.py), and a routed row as the producer takes it
 (``sluice_runtime.sink_exactly_once.out_record``)."""
@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from sluice_runtime.pipeline import STATELESS_STEPS, one_read_source, source_scans
+from sluice_runtime.main_output import STATELESS_STEPS, one_read_source, source_scans
 from sluice_runtime.progress import counted_once, offsets_without_rows
 from sluice_runtime.sink_exactly_once import OutRecord, out_record
 from sluice_runtime.steps.base import DeadLetterRoute
