@@ -7,18 +7,21 @@ on an executor, in a transaction per output partition. An executor pod killed (f
 the query runs, then the driver killed with SIGKILL (its executors go with it): the output, read
 with read_committed, holds every input record exactly once. The SIGSTOP zombie: an active driver
 with task writers paused past its Lease while its executor runs on; the standby takes over and its
-tasks write on; the zombie, resumed, commits nothing and stands by: exactly once again.
+tasks write on; the zombie, resumed, commits nothing and stands by: exactly once again. Malformed
+records sent along the way reach the dead-letter topic with their batches, in the tasks'
+transactions: each exactly once, through the executor and driver kills.
 """
 
 from __future__ import annotations
 
+import json
 import signal
 import time
 from collections.abc import Iterable
 
 import pytest
 from cluster import E2ECluster
-from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import Consumer, Producer, TopicPartition
 from test_queries import READY_TIMEOUT, cluster_doc, consume, create_topics, executor_pods
 from test_standby import LEASE_SECONDS, assert_exactly_once, feed_query, ready_standby
 
@@ -48,6 +51,15 @@ def fence_offset(bootstrap: str, group: str, topic: str) -> int:
         consumer.close()
 
 
+def send_malformed(bootstrap: str, topic: str, ids: list[str]) -> list[str]:
+    """Records whose ``id`` is no int (the query's column is): each is a dead letter."""
+    producer = Producer({"bootstrap.servers": bootstrap})
+    for bad in ids:
+        producer.produce(topic, json.dumps({"id": bad, "k": "malformed"}).encode())
+    assert producer.flush(30) == 0
+    return ids
+
+
 def test_task_writers_on_two_executors_lose_and_repeat_nothing_when_an_executor_and_the_driver_die(
         cluster: E2ECluster, ns: str) -> None:
     src, out = f"{ns}-events", f"{ns}-events-out"
@@ -66,12 +78,14 @@ def test_task_writers_on_two_executors_lose_and_repeat_nothing_when_an_executor_
         query = cluster.get("streamingquery", ns, "feed") or {}
         fence = f"{query['status']['identity']['consumerGroup']}.eos.writers"
         assert fence_offset(cluster.bootstrap, fence, out) > 0
+        bad = send_malformed(cluster.bootstrap, src, ["bad-1", "bad-2"])
 
         # 1. an executor pod force-deleted while the query runs: Spark retries its tasks on the
         # other executor or on the replacement it asks for
         cluster.kubectl("delete", "pod", "-n", ns, first[0], "--grace-period=0", "--force", "--wait=false")
         second = cluster.wait_for("a replacement executor", lambda: running_executors(cluster, ns, first),
                                   READY_TIMEOUT)
+        bad += send_malformed(cluster.bootstrap, src, ["bad-3", "bad-4"])
         time.sleep(5)
 
         # 2. the driver killed with SIGKILL: its executors go with it, the restarted driver replays
@@ -83,9 +97,12 @@ def test_task_writers_on_two_executors_lose_and_repeat_nothing_when_an_executor_
                          lambda: running_executors(cluster, ns, second, all_new=True), READY_TIMEOUT)
         cluster.wait_for("a batch written by the restarted driver's tasks",
                          lambda: fence_offset(cluster.bootstrap, fence, out) > before, READY_TIMEOUT)
+        bad += send_malformed(cluster.bootstrap, src, ["bad-5"])
         time.sleep(5)
         sent = feed.stop()
         assert_exactly_once(cluster, ns, out, sent)
+        letters = consume(cluster.bootstrap, f"{out}.dlq", len(bad), 60, True)
+        assert sorted(r["id"] for r in letters) == sorted(bad)  # each dead letter once
     except Exception as exc:
         raise AssertionError(f"{exc}\n{cluster.diagnostics(ns)}") from exc
     finally:

@@ -52,7 +52,7 @@ def _run(spark: Any, plan: Any, kafka: str, checkpoint: Path, query_id: str) -> 
                           available_now=True)
     pipe.main.awaitTermination(300)
     assert pipe.main.exception() is None
-    return ProgressTail(pipe.main).poll()
+    return ProgressTail(pipe.main, pipe.scans).poll()  # as the monitor reads them: each record once
 
 
 def _unix(stamp: str) -> float:

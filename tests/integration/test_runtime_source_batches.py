@@ -22,12 +22,15 @@ def spark(spark_jars: list[Path]) -> Any:
 
 
 def _plan(topic: str, sink: str, extra: str = "") -> Plan:
-    """A stateless plan over ``topic``; ``extra``: one more field of the source (``minPartitions: 4``)."""
+    """A stateless plan over ``topic``; ``extra``: one more field of the source (``minPartitions: 4``).
+    Malformed records are skipped: a micro-batch's tasks are then those reading the source (with
+    dead letters, the batch read once is persisted and written in two branches)."""
     extra = f"      {extra}\n" if extra else ""
     return plan_from_yaml(f"""\
   sources:
     - name: orders
       topic: {topic}
+      malformed: {{policy: skip}}
 {extra}      schema: [{{name: order_id, type: string}}, {{name: amount, type: double}}]
   sql: "SELECT order_id, amount FROM orders WHERE amount >= 0"
   sink: {{topic: {sink}}}
