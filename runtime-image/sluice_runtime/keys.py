@@ -9,14 +9,22 @@ column as text and several as a JSON object, as before the field):
 * ``avro``: the Confluent wire format: a source decodes with the writer schemas of the key subject
   resolved against the pinned ``keySchema`` (:func:`sluice_runtime.avro.decode`); a sink writes
   ``to_avro`` behind the header of ``SLUICE_SINK_KEY_SCHEMA_ID``.
-* ``kafka:long``, ``kafka:int``, ``kafka:double``: Kafka's ``LongSerializer`` (8 bytes),
-  ``IntegerSerializer`` (4 bytes), ``DoubleSerializer`` (8 bytes IEEE 754), all big-endian. The bytes
-  are read and written with Spark's own functions (``hex``/``conv``/``unhex``; a double through
-  Avro's little-endian encoding with its bytes reversed): nothing leaves the JVM.
+* ``kafka:long``, ``kafka:int``, ``kafka:short``, ``kafka:double``, ``kafka:float``: Kafka's
+  ``LongSerializer`` (8 bytes), ``IntegerSerializer`` (4 bytes), ``ShortSerializer`` (2 bytes),
+  ``DoubleSerializer`` (8 bytes IEEE 754), ``FloatSerializer`` (4 bytes IEEE 754), all big-endian. The
+  bytes are read and written with Spark's own functions (``hex``/``conv``/``unhex``; a double or a
+  float through Avro's little-endian encoding with its bytes reversed): nothing leaves the JVM.
+* ``kafka:bytes``: ``ByteArraySerializer``/``BytesSerializer``: the key's bytes as they are (binary).
+* ``kafka:uuid``: ``UUIDSerializer``: the UUID's canonical text (``UUID.toString()``: 8-4-4-4-12 hex
+  digits, lower case) in UTF-8. A source reads the text in lower case (upper-case hex digits are the
+  same UUID); a key that is not such a text is malformed. A sink writes its string column in lower case,
+  and a value that is not a UUID's text fails the batch (Kafka's serializer is given a ``UUID``: it
+  cannot write one).
 
-A key that does not decode (a primitive of the wrong length, a json key that is no object of the key
-columns, an avro key not in the wire format or that does not decode) makes its record malformed, with
-its own reason (``record key ...``). A null key gives nulls in every key column.
+A key that does not decode (a primitive of the wrong length, a kafka:uuid key that is no UUID's text,
+a json key that is no object of the key columns, an avro key not in the wire format or that does not
+decode) makes its record malformed, with its own reason (``record key ...``). A null key gives nulls in
+every key column.
 """
 
 from __future__ import annotations
@@ -40,7 +48,12 @@ KEY_CORRUPT: Final = "_sluice_key_corrupt"
 KEY_WIRE_OK: Final = "_sluice_key_wire_ok"
 KEY_SCHEMA_ID: Final = "_sluice_key_schema_id"
 #: the length in bytes of Kafka's serializers' primitives
-PRIMITIVE_LENGTHS: Final = {"kafka:long": 8, "kafka:int": 4, "kafka:double": 8}
+PRIMITIVE_LENGTHS: Final = {"kafka:long": 8, "kafka:int": 4, "kafka:short": 2, "kafka:double": 8,
+                             "kafka:float": 4}
+#: the text of a UUID as ``UUID.toString()`` writes it (upper-case hex digits accepted as the same UUID),
+#: of :data:`UUID_LENGTH` characters (Java's ``$``, as Python's, also matches before a final line break)
+UUID_PATTERN: Final = "^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$"
+UUID_LENGTH: Final = 36
 
 
 def _reversed_bytes(data: Column, length: int) -> Column:
@@ -51,6 +64,13 @@ def _reversed_bytes(data: Column, length: int) -> Column:
     return F.unhex(F.concat(*[F.substring(text, 2 * i + 1, 2) for i in reversed(range(length))]))
 
 
+def _is_uuid(text: Column) -> Column:
+    """Whether ``text`` is a UUID's text (:data:`UUID_PATTERN`, :data:`UUID_LENGTH`)."""
+    from pyspark.sql import functions as F
+
+    return (F.length(text) == UUID_LENGTH) & text.rlike(UUID_PATTERN)
+
+
 def _primitive(fmt: str, key: Column) -> Column:
     """A ``kafka:<type>`` key's value (null when the key is null or of another length)."""
     from pyspark.sql import functions as F
@@ -58,9 +78,13 @@ def _primitive(fmt: str, key: Column) -> Column:
 
     if fmt == "kafka:long":  # conv to a negative base reads the 64 bits as a signed number
         value = F.conv(F.hex(key), 16, -10).cast("bigint")
-    elif fmt == "kafka:int":
+    elif fmt in ("kafka:int", "kafka:short"):
+        bits = 8 * PRIMITIVE_LENGTHS[fmt]
         unsigned = F.conv(F.hex(key), 16, 10).cast("bigint")
-        value = F.when(unsigned >= 2**31, unsigned - 2**32).otherwise(unsigned).cast("int")
+        value = F.when(unsigned >= 2 ** (bits - 1), unsigned - 2**bits).otherwise(unsigned)
+        value = value.cast("int" if fmt == "kafka:int" else "smallint")
+    elif fmt == "kafka:float":  # Avro's float is the same 4 bytes, little-endian
+        value = from_avro(_reversed_bytes(key, 4), '"float"')
     else:  # kafka:double: Avro's double is the same 8 bytes, little-endian
         value = from_avro(_reversed_bytes(key, 8), '"double"')
     return F.when(F.length(key) == PRIMITIVE_LENGTHS[fmt], value)
@@ -75,6 +99,15 @@ def tag(step: KafkaSourceV1, df: DataFrame, ctx: BuildContext) -> tuple[DataFram
     reason = F.lit(f"record key is not a {fmt} key of the columns ({malformed.schema_ddl(columns)})")
     if fmt in ("string", "kafka:string"):
         parsed, bad = F.struct(key.cast("string").alias(columns[0].name)), F.lit(False)
+    elif fmt == "kafka:bytes":
+        parsed, bad = F.struct(key.alias(columns[0].name)), F.lit(False)
+    elif fmt == "kafka:uuid":
+        text = key.cast("string")
+        valid = _is_uuid(text)
+        parsed = F.struct(F.when(valid, F.lower(text)).alias(columns[0].name))
+        bad = key.isNotNull() & ~valid
+        reason = F.lit("record key is not a kafka:uuid key (a UUID's text, 8-4-4-4-12 hex digits, in UTF-8, "
+                       "as Kafka's serializer writes it)")
     elif fmt in PRIMITIVE_LENGTHS:
         parsed = F.struct(_primitive(str(fmt), key).alias(columns[0].name))
         bad = key.isNotNull() & (F.length(key) != PRIMITIVE_LENGTHS[str(fmt)])
@@ -152,7 +185,20 @@ def encode(step: KafkaSinkV1, key_schema_id: int | None = None) -> Column:
         return F.unhex(F.lpad(F.hex(value.cast("bigint")), 16, "0"))
     if fmt == "kafka:int":
         return F.unhex(F.lpad(F.hex(value.cast("bigint").bitwiseAND(F.lit(0xFFFFFFFF))), 8, "0"))
+    if fmt == "kafka:short":
+        return F.unhex(F.lpad(F.hex(value.cast("bigint").bitwiseAND(F.lit(0xFFFF))), 4, "0"))
     if fmt == "kafka:double":  # Avro's double is the IEEE 754 bits little-endian
         little = to_avro(F.coalesce(value.cast("double"), F.lit(0.0)), '"double"')
         return F.when(value.isNotNull(), _reversed_bytes(little, 8))
+    if fmt == "kafka:float":  # Avro's float is the IEEE 754 bits little-endian
+        little = to_avro(F.coalesce(value.cast("float"), F.lit(0.0).cast("float")), '"float"')
+        return F.when(value.isNotNull(), _reversed_bytes(little, 4))
+    if fmt == "kafka:bytes":
+        return value.cast("binary")
+    if fmt == "kafka:uuid":  # UUIDSerializer writes UUID.toString(): lower case
+        text = value.cast("string")
+        return F.when(text.isNull(), F.lit(None).cast("string")).when(
+            _is_uuid(text), F.lower(text)).otherwise(F.raise_error(F.concat(
+                F.lit(f"sink {step.topic}: key column '{names[0]}' is not a UUID's text (kafka:uuid): "),
+                text)))
     raise avro.AvroConfigError(f"sink {step.topic}: unknown keyFormat {fmt}")

@@ -3,13 +3,16 @@
 ``AvroSerializer`` (``MessageField.KEY`` for keys) and Kafka's primitive serializers, the output read
 back with ``AvroDeserializer`` and the primitive deserializers. A query grouping by an Avro key field
 writing an Avro key and value; a join on the Avro key fields of two sources; ``kafka:long``,
-``kafka:int`` and ``kafka:double`` keys read and written, a key of the wrong length dead-lettered with
-its reason. Nothing skips."""
+``kafka:int``, ``kafka:short``, ``kafka:double``, ``kafka:float``, ``kafka:bytes`` and ``kafka:uuid``
+keys read and written, a key of the wrong length (a key that is no UUID's text) dead-lettered with its
+reason, a sink's ``kafka:uuid`` key column that is no UUID failing the query. Nothing skips."""
 
 from __future__ import annotations
 
+import base64
 import json
 import struct
+import uuid
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -176,6 +179,14 @@ def test_join_on_avro_key_fields(spark: Any, kafka: str, schema_registry: Schema
         json.dumps({"order_id": r["order_id"]}, separators=compact).encode() for r in expected)
 
 
+def _float32(value: float) -> float:
+    """``value`` as a Java float (a JSON float is written in its shortest text, read back as a double)."""
+    return float(struct.unpack(">f", struct.pack(">f", value))[0])
+
+
+UUIDS = ["00000000-0000-0000-0000-000000000000", "ffffffff-ffff-ffff-ffff-ffffffffffff",
+         "123e4567-e89b-12d3-a456-426614174000", "7f9c24e8-3b12-4fef-91e0-56a1d7b7c0de"]
+
 PRIMITIVES: dict[str, tuple[str, Any, Any, list[Any]]] = {
     # format: (Spark type, serialize, deserialize, keys); Kafka's LongSerializer writes struct ">q"
     "kafka:long": ("bigint", lambda v: struct.pack(">q", v), lambda b: struct.unpack(">q", b)[0],
@@ -184,7 +195,41 @@ PRIMITIVES: dict[str, tuple[str, Any, Any, list[Any]]] = {
                   [-(2**31), -1, 0, 7, 2**31 - 1]),
     "kafka:double": ("double", lambda v: DoubleSerializer()(v), lambda b: DoubleDeserializer()(b),
                      [-2.5, 0.0, 1e300, 3.25, -1.5e-300]),
+    # confluent-kafka has no ShortSerializer, FloatSerializer, ByteArraySerializer or UUIDSerializer: their
+    # bytes are written here as Kafka's Java serializers write them. ShortSerializer: 2 bytes big-endian
+    # two's complement (struct ">h").
+    "kafka:short": ("smallint", lambda v: struct.pack(">h", v), lambda b: struct.unpack(">h", b)[0],
+                    [-(2**15), -1, 0, 7, 2**15 - 1]),
+    # FloatSerializer: Float.floatToRawIntBits, 4 bytes big-endian (struct ">f" is the IEEE 754 binary32
+    # bits); the largest float, the smallest subnormal.
+    "kafka:float": ("float", lambda v: struct.pack(">f", v), lambda b: struct.unpack(">f", b)[0],
+                    [-2.5, 0.0, _float32(3.4028234663852886e38), 3.25, _float32(2**-149)]),
+    # ByteArraySerializer / BytesSerializer: the bytes as they are.
+    "kafka:bytes": ("binary", bytes, bytes, [b"\x00", b"\xff\xfe", b"abc", bytes(range(256))]),
+    # UUIDSerializer: UUID.toString() (lower case, 8-4-4-4-12) in UTF-8, as Python's str(uuid.UUID).
+    "kafka:uuid": ("string", lambda v: str(uuid.UUID(v)).encode("utf-8"),
+                   lambda b: str(uuid.UUID(b.decode("utf-8"))), UUIDS),
 }
+#: keys that are not of the format, and the reason they are dead-lettered with (kafka:bytes: any key is)
+BAD_KEYS: dict[str, tuple[list[bytes], str]] = {
+    **{fmt: ([b"abc"], f"record key is not a {fmt} key ({width} bytes, big-endian, as Kafka's serializer "
+                       "writes it)")
+       for fmt, width in (("kafka:long", 8), ("kafka:int", 4), ("kafka:double", 8), ("kafka:short", 2),
+                          ("kafka:float", 4))},
+    # a letter that is no hex digit; a UUID's text with a line break after it (Java's "$" matches before it)
+    "kafka:uuid": ([b"123e4567-e89b-12d3-a456-42661417400g", UUIDS[2].encode("utf-8") + b"\n"],
+                   "record key is not a kafka:uuid key (a UUID's text, 8-4-4-4-12 hex digits, in UTF-8, as "
+                   "Kafka's serializer writes it)"),
+}
+
+
+def _json_key(fmt: str, value: Any) -> Any:
+    """A key column as the sink's JSON value has it, as the test's keys are (binary: base64)."""
+    if value is None:
+        return None
+    if fmt == "kafka:bytes":
+        return base64.b64decode(value)
+    return _float32(value) if fmt == "kafka:float" else value
 
 
 @pytest.mark.parametrize("fmt", sorted(PRIMITIVES))
@@ -193,7 +238,9 @@ def test_kafka_primitive_keys_read_and_written(spark: Any, kafka: str, fmt: str,
     src, out, dlq = unique("readings"), unique("out"), unique("dlq")
     create_topic(kafka, src)
     records = [(serialize(k), json.dumps({"v": float(i)}).encode()) for i, k in enumerate(keys)]
-    _produce(kafka, src, [*records, (b"abc", b'{"v": 9.0}'), (None, b'{"v": 10.0}')])
+    bad = BAD_KEYS.get(fmt)
+    extra = [(k, b'{"v": 9.0}') for k in bad[0]] if bad is not None else []
+    _produce(kafka, src, [*records, *extra, (None, b'{"v": 10.0}')])
     spec = f"""\
   shufflePartitions: 2
   sources:
@@ -212,13 +259,47 @@ def test_kafka_primitive_keys_read_and_written(spark: Any, kafka: str, fmt: str,
     expected = sorted([*((k, float(i)) for i, k in enumerate(keys)), (None, 10.0)], key=_order)
     got = [((deserialize(k) if k is not None else None), json.loads(v)["v"]) for k, v, _ in raw]
     assert sorted(got, key=_order) == expected
-    values = [(r.get("device"), r["v"]) for r in consume_json(kafka, out, expect=len(keys) + 1)]
+    written = consume_json(kafka, out, expect=len(keys) + 1)
+    values = [(_json_key(fmt, r.get("device")), r["v"]) for r in written]
     assert sorted(values, key=_order) == expected
-    [(key, _, headers)] = consume(kafka, dlq, expect=1)
-    assert key == b"abc"
-    width = 4 if fmt == "kafka:int" else 8
-    assert dict(headers)["sluice.error"].decode() == (
-        f"record key is not a {fmt} key ({width} bytes, big-endian, as Kafka's serializer writes it)")
+    if bad is None:
+        return
+    dead = consume(kafka, dlq, expect=len(bad[0]))
+    assert sorted(key for key, _, _ in dead) == sorted(bad[0])
+    assert {dict(headers)["sluice.error"].decode() for _, _, headers in dead} == {bad[1]}
+
+
+def test_uuid_keys_read_in_upper_case_and_a_sink_value_that_is_no_uuid(spark: Any, kafka: str,
+                                                                      tmp_path: Path) -> None:
+    src, out = unique("readings"), unique("out")
+    create_topic(kafka, src)
+    upper = UUIDS[2].upper().encode("utf-8")  # UUID.fromString reads it: the same UUID
+    _produce(kafka, src, [(upper, b'{"v": 1.0, "s": "not-a-uuid"}')])
+    spec = f"""\
+  shufflePartitions: 2
+  sources:
+    - name: readings
+      topic: {src}
+      keyFormat: "kafka:uuid"
+      keySchema: [{{name: device, type: string}}]
+      schema: [{{name: v, type: double}}, {{name: s, type: string}}]
+  sql: SELECT device, v FROM readings
+  sink: {{topic: {out}, key: [device], keyFormat: "kafka:uuid"}}
+"""
+    _run(spark, _plan(spec), kafka, tmp_path / "c", None)
+    [(key, value, _)] = consume(kafka, out, expect=1)
+    assert key == UUIDS[2].encode("utf-8") and json.loads(value) == {"device": UUIDS[2], "v": 1.0}
+
+    from sluice_runtime.pipeline import build_pipeline
+
+    failing = spec.replace("SELECT device, v FROM readings", "SELECT s AS device, v FROM readings").replace(
+        f"topic: {out}", f"topic: {unique('out')}")
+    pipe = build_pipeline(spark, _plan(failing), checkpoint=str(tmp_path / "f"), bootstrap=kafka,
+                          query_id=unique("q"), available_now=True, avro=None)
+    with pytest.raises(Exception, match="is not a UUID's text \\(kafka:uuid\\): not-a-uuid"):
+        pipe.main.awaitTermination(300)
+    for q in pipe.all_queries():
+        q.stop()
 
 
 def _order(pair: tuple[Any, float]) -> tuple[float, float]:

@@ -53,13 +53,17 @@ class MalformedPolicy(SpecModel):
 #: A record key's format (``keyFormat``): ``string`` (UTF-8 text, the default), ``json`` (a JSON
 #: object), ``avro`` (Confluent wire format, subject ``<topic>-key`` unless ``keySubject``), or one of
 #: Kafka's own serializers, ``kafka:<type>`` (``kafka:long`` is LongSerializer's 8 bytes big-endian).
-KeyFormat = Literal["string", "json", "avro", "kafka:string", "kafka:long", "kafka:int", "kafka:double"]
+KeyFormat = Literal["string", "json", "avro", "kafka:string", "kafka:long", "kafka:int", "kafka:short",
+                    "kafka:double", "kafka:float", "kafka:bytes", "kafka:uuid"]
 #: the Spark SQL type of the one column of a ``kafka:<type>`` key (and of a ``string`` one)
-PRIMITIVE_KEY_TYPES: dict[str, str] = {"string": "string", "kafka:string": "string", "kafka:long": "bigint",
-                                       "kafka:int": "int", "kafka:double": "double"}
+PRIMITIVE_KEY_TYPES: dict[str, str] = {
+    "string": "string", "kafka:string": "string", "kafka:long": "bigint", "kafka:int": "int",
+    "kafka:short": "smallint", "kafka:double": "double", "kafka:float": "float", "kafka:bytes": "binary",
+    "kafka:uuid": "string"}
 _KEY_FORMAT_HELP = ("Record key format: string (UTF-8, the default), json (an object), avro (Confluent wire "
                     "format, subject keySubject or '<topic>-key'), or Kafka's own serializers kafka:string, "
-                    "kafka:long, kafka:int, kafka:double (big-endian, as Kafka's LongSerializer...).")
+                    "kafka:long, kafka:int, kafka:short, kafka:double, kafka:float (big-endian, as Kafka's "
+                    "LongSerializer...), kafka:bytes (the raw bytes), kafka:uuid (a UUID's text, UTF-8).")
 
 
 def _key_format(value: object) -> object:
@@ -110,8 +114,9 @@ class Source(SpecModel):
         default=None, min_length=1,
         description="Columns of the record key, usable in SQL beside the value's (a name may not be a value "
                     "column's too). string: absent (the key is not read) or one string column; kafka:<type>: "
-                    "one column of that type (kafka:long bigint, kafka:int int, kafka:double double, "
-                    "kafka:string string); json: the object's fields; avro: absent, the fields of the key "
+                    "one column of that type (kafka:long bigint, kafka:int int, kafka:short smallint, "
+                    "kafka:double double, kafka:float float, kafka:bytes binary, kafka:string and kafka:uuid "
+                    "string); json: the object's fields; avro: absent, the fields of the key "
                     "subject's record schema, or a subset of them.")
     event_time: EventTime | None = Field(default=None, description="Event-time column and watermark.")
     starting_offsets: Literal["earliest", "latest"] = Field(

@@ -28,7 +28,11 @@ __all__ = ["SINK_KEY_TYPES", "key_problems", "plan_key_format", "sink_key_proble
 SINK_KEY_TYPES: dict[str, tuple[str, ...]] = {
     "kafka:long": ("bigint", "int", "smallint", "tinyint"),
     "kafka:int": ("int", "smallint", "tinyint"),
+    "kafka:short": ("smallint", "tinyint"),
     "kafka:double": ("double", "float"),
+    "kafka:float": ("float",),
+    "kafka:bytes": ("binary",),
+    "kafka:uuid": ("string",),
 }
 
 

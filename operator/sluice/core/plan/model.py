@@ -71,7 +71,8 @@ class RegistrySchema(PlanModel):
 
 #: A record key's format in a plan (absent: as before the field; a source does not read the key, a sink
 #: writes one key column as text and several as a JSON object).
-KeyFormat = Literal["string", "json", "avro", "kafka:string", "kafka:long", "kafka:int", "kafka:double"]
+KeyFormat = Literal["string", "json", "avro", "kafka:string", "kafka:long", "kafka:int", "kafka:short",
+                    "kafka:double", "kafka:float", "kafka:bytes", "kafka:uuid"]
 
 
 class StepBase(PlanModel):

@@ -99,7 +99,9 @@ def test_a_primitive_avro_key_is_refused() -> None:
 
 
 @pytest.mark.parametrize(("fmt", "typ"), [("kafka:long", "bigint"), ("kafka:int", "int"),
-                                          ("kafka:double", "double"), ("kafka:string", "string"),
+                                          ("kafka:short", "smallint"), ("kafka:double", "double"),
+                                          ("kafka:float", "float"), ("kafka:bytes", "binary"),
+                                          ("kafka:uuid", "string"), ("kafka:string", "string"),
                                           ("string", "string"), ("json", "string")])
 def test_key_columns_of_each_format(fmt: str, typ: str) -> None:
     step = source(compile_(spec({"keyFormat": fmt, "keySchema": [{"name": "k", "type": typ}]})))
@@ -112,6 +114,16 @@ def test_a_primitive_key_of_another_type() -> None:
     assert found == [("spec.sources[0].keySchema[0].type",
                       "source 'orders': a kafka:long key is a bigint column, but key column 'k' is declared "
                       "as int")]
+
+
+@pytest.mark.parametrize(("fmt", "declared", "wanted"), [
+    ("kafka:short", "int", "smallint"), ("kafka:float", "double", "float"),
+    ("kafka:bytes", "string", "binary"), ("kafka:uuid", "binary", "string")])
+def test_a_new_primitive_key_of_another_type(fmt: str, declared: str, wanted: str) -> None:
+    found = problems(spec({"keyFormat": fmt, "keySchema": [{"name": "k", "type": declared}]}))
+    assert found == [("spec.sources[0].keySchema[0].type",
+                      f"source 'orders': a {fmt} key is a {wanted} column, but key column 'k' is declared "
+                      f"as {declared}")]
 
 
 def test_a_key_column_named_as_a_value_column() -> None:
@@ -153,6 +165,33 @@ def test_sink_key_formats() -> None:
     assert named.sink.key_schema is not None and named.sink.key_schema.subject == "k"
 
 
+@pytest.mark.parametrize(("fmt", "sql"), [
+    ("kafka:short", "SELECT CAST(amount AS smallint) AS k, amount FROM orders"),
+    ("kafka:short", "SELECT CAST(amount AS tinyint) AS k, amount FROM orders"),
+    ("kafka:float", "SELECT CAST(amount AS float) AS k, amount FROM orders"),
+    ("kafka:bytes", "SELECT CAST(CAST(amount AS string) AS binary) AS k, amount FROM orders"),
+    ("kafka:uuid", "SELECT uuid() AS k, amount FROM orders"),
+])
+def test_sink_new_primitive_key_formats(fmt: str, sql: str) -> None:
+    plan = compile_(spec(sql=sql, key=["k"], keyFormat=fmt))
+    assert plan.sink.key_format == fmt and plan.sink.key == ["k"]
+
+
+@pytest.mark.parametrize(("fmt", "sql", "allowed", "found"), [
+    ("kafka:short", "SELECT CAST(amount AS int) AS k FROM orders", "smallint or tinyint", "int"),
+    ("kafka:float", "SELECT amount AS k FROM orders", "float", "double"),
+    ("kafka:bytes", "SELECT CAST(amount AS string) AS k FROM orders", "binary", "string"),
+    ("kafka:uuid", "SELECT CAST(amount AS bigint) AS k FROM orders", "string", "bigint"),
+])
+def test_a_sink_new_primitive_key_of_a_type_it_cannot_write(fmt: str, sql: str, allowed: str,
+                                                            found: str) -> None:
+    with pytest.raises(CompileError) as caught:
+        compile_(spec(sql=sql, key=["k"], keyFormat=fmt))
+    assert [(p.field, p.message) for p in caught.value.problems] == [(
+        "spec.sink.keyFormat", f"a {fmt} key is written from a column of type {allowed}, but the key column "
+        f"'k' is {found} (cast it)")]
+
+
 def test_a_sink_primitive_key_of_a_type_it_cannot_write() -> None:
     with pytest.raises(CompileError) as caught:
         compile_(spec(key=["amount"], keyFormat="kafka:long"))
@@ -167,9 +206,15 @@ def test_a_sink_primitive_key_of_a_type_it_cannot_write() -> None:
     ("source", {"keyFormat": "json"}, "keySchema: a json key needs its columns"),
     ("source", {"keySubject": "k"}, "keySubject: only an avro key"),
     ("source", {"keyFormat": "kafka:long"}, "keySchema: a kafka:long key is one column"),
+    ("source", {"keyFormat": "kafka:uuid"}, "keySchema: a kafka:uuid key is one column (of type string)"),
+    ("source", {"keyFormat": "kafka:bytes", "keySchema": [{"name": "a", "type": "binary"},
+                                                          {"name": "b", "type": "binary"}]},
+     "keySchema: a kafka:bytes key is one column (of type binary)"),
     ("sink", {"keyFormat": "protobuf", "key": ["a"]}, "Protobuf keys come with the Protobuf value format"),
     ("sink", {"keyFormat": "avro"}, "keyFormat: avro needs the key columns (key)"),
     ("sink", {"keyFormat": "kafka:int", "key": ["a", "b"]}, "keyFormat: a kafka:int key is one column"),
+    ("sink", {"keyFormat": "kafka:float", "key": ["a", "b"]}, "keyFormat: a kafka:float key is one column"),
+    ("sink", {"keyFormat": "kafka:short"}, "keyFormat: kafka:short needs the key columns (key)"),
 ])
 def test_bad_key_fields_name_the_field(source_or_sink: str, fields: dict[str, Any], words: str) -> None:
     with pytest.raises(ValidationError) as caught:
