@@ -46,7 +46,7 @@ from sluice_runtime.eos_tasks import TaskSink
 from sluice_runtime.frames import build_frames, query_name
 from sluice_runtime.kafka_security import KafkaSecurity
 from sluice_runtime.main_output import main_output
-from sluice_runtime.sink_exactly_once import TransactionalSink
+from sluice_runtime.sink_exactly_once import TransactionalSink, is_routed
 from sluice_runtime.steps import BuildContext
 from sluice_runtime.steps.base import DeadLetterRoute
 
@@ -75,7 +75,7 @@ class Pipeline:
     #: the registry settings and writer schemas the pipeline was built with
     avro: AvroSettings = field(default_factory=AvroSettings)
     #: topic -> how many times the main query scans it per batch (more than once: a source whose
-    #: dead letters go with the batch, :func:`source_scans`)
+    #: dead letters go with the batch, :func:`sluice_runtime.main_output.source_scans`)
     scans: dict[str, int] = field(default_factory=dict)
 
     def start_deferred(self) -> None:
@@ -323,7 +323,7 @@ def start_pipeline(
         def write(frame: DataFrame, batch_id: int) -> None:
             del batch_id
             writer = frame.write.format("kafka").options(**kafka_opts)
-            if "topic" not in frame.columns:  # else each row names its own
+            if not is_routed(frame):  # else each row names its own
                 writer = writer.option("topic", topic)
             writer.save()
 
