@@ -3,7 +3,8 @@ about an avro sink's changed schema, as the admission webhook does: a compatible
 field added) stays in place; an incompatible one (a field's type changed) under BACKWARD is ``reject``
 with the registry's reason naming the subject; an incompatible key under FULL the same; without
 ``$SLUICE_SCHEMA_REGISTRY_URL`` the diff names the sink's field and fails. ``kubectl sluice diff``'s
-check asks a replace with backfill under the versioned topic's subject. Nothing skips."""
+check asks a replace with backfill under the versioned topic's subjects, value and avro key. Nothing
+skips."""
 
 from __future__ import annotations
 
@@ -168,3 +169,39 @@ def test_kubectl_diff_asks_under_the_versioned_subject_of_a_backfill_and_the_top
     assert verdict.decision == "reject" and verdict.category == "topology"
     assert verdict.reasons[0].startswith(f"the sink's new Avro schema is incompatible with subject "
                                          f"'{topic}-value'")
+
+
+def test_kubectl_diff_asks_about_an_avro_key_under_the_versioned_topics_key_subject(
+        schema_registry: SchemaRegistry) -> None:
+    """``keyFormat: avro``: a replace with backfill asks the key under ``<topic>-v<N+1>-key`` as the value
+    under ``-value``, not under the old topic's ``<topic>-key`` (which would refuse it)."""
+    from sluice.core.classify import classify
+    from sluice.core.spec import UpgradePolicy
+    from sluice.kubectl.diff import registry_verdict
+
+    topic = f"kdiffkey-{uuid.uuid4().hex[:8]}"
+    keyed = {"outputMode": "update", "key": ["customer"], "keyFormat": "avro"}
+    old_spec = spec(topic, GROUPED, **keyed)
+    new_spec = spec(topic, REGROUPED, **keyed)  # the key column customer: string -> double
+    client = running(schema_registry, old_spec)
+    client.set_compatibility(f"{topic}-key", "BACKWARD")
+    old_plan = compile_query(QuerySpec.model_validate(old_spec))
+    new_plan = compile_query(QuerySpec.model_validate(new_spec))
+    live = {"spec": old_spec, "status": {"plan": {"hash": old_plan.hash, "version": 3,
+                                                  "configMap": f"totals-plan-{old_plan.hash[:12]}"}}}
+    backfill = UpgradePolicy.model_validate({"replaceStrategy": "backfill"})
+    decision = classify(old_plan, new_plan, backfill)
+    assert decision.decision == "replace"
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv(URL_ENV, schema_registry.url)
+        # <topic>-v4-key has no version yet: anything goes there
+        assert registry_verdict(decision, live, new_spec, new_plan, old_plan, backfill) == decision
+        # once it holds a key the new one is not compatible with, the backfill is refused naming it
+        assert old_plan.sink.key_schema is not None
+        client.register_schema(f"{topic}-v4-key", Schema(old_plan.sink.key_schema.schema_, "AVRO"))
+        client.set_compatibility(f"{topic}-v4-key", "BACKWARD")
+        refused = registry_verdict(decision, live, new_spec, new_plan, old_plan, backfill)
+    assert refused.decision == "reject"
+    assert refused.reasons[0].startswith(f"the sink's new Avro key schema is incompatible with subject "
+                                         f"'{topic}-v4-key'")
+    assert client.get_versions(f"{topic}-key") == [1]  # the diff registers nothing

@@ -5,8 +5,9 @@ A new avro query pins the latest version of its source subject (a later version 
 as it is), registers its sink schema at rollout and hands the id to the drivers
 (``SLUICE_SINK_SCHEMA_ID``; an avro sink key's under ``<topic>-key``, ``SLUICE_SINK_KEY_SCHEMA_ID``); an
 incompatible sink change, value or key, is refused with the registry's reason before anything is
-registered or rolls, by the reconcile and by the admission webhook; a registry that does not answer is
-a RegistryUnreachable condition and a retry.
+registered or rolls, by the reconcile and by the admission webhook; a replace with backfill registers
+value and key under the versioned topic's subjects (``<topic>-v2-value``, ``<topic>-v2-key``); a
+registry that does not answer is a RegistryUnreachable condition and a retry.
 """
 
 from __future__ import annotations
@@ -477,4 +478,37 @@ def test_a_replace_with_backfill_registers_under_the_versioned_topics_subject(
     [container] = w.deployment("backfill")["spec"]["template"]["spec"]["containers"]
     env = {e["name"]: e.get("value") for e in container["env"]}
     assert env["SLUICE_SINK_SCHEMA_ID"] == str(registered.schema_id)
+    assert env["SLUICE_OUTPUT_TOPIC"] == versioned
+
+
+def test_a_replace_with_backfill_registers_the_avro_key_under_the_versioned_topics_key_subject(
+        world: World, schema_registry: Registry) -> None:
+    """``keyFormat: avro``: the key follows the versioned topic as the value does, ``<topic>-v2-key``
+    (TopicNameStrategy), and its id there reaches the backfill's drivers; ``<topic>-key`` keeps the
+    running version's key only."""
+    w = world
+    avro_world(w, schema_registry)
+    sink = {"topic": w.topic, "format": "avro", "key": ["customer"], "keyFormat": "avro",
+            "outputMode": "update"}
+    w.add_query(**{**avro_spec(w), "sink": sink}, upgrade={"replaceStrategy": "backfill"})
+    reconcile_query(w.env, w.current())
+    reconcile_query(w.env, w.current())
+    registry = client(schema_registry)
+    assert registry.get_versions(f"{w.topic}-key") == [1]
+    old_key = registry.get_latest_version(f"{w.topic}-key")
+    # a new grouping key (a replace): the key record now has order_id, not customer
+    sql = "SELECT order_id, cast(sum(amount) AS string) AS total FROM orders GROUP BY order_id"
+    reconcile_query(w.env, w.edit(sql=sql, sink={**sink, "key": ["order_id"]}))
+    status = w.status()
+    versioned = f"{w.topic}-v2"
+    assert status["rollout"]["step"] == "Backfilling" and status["rollout"]["outputTopic"] == versioned
+    assert registry.get_versions(f"{w.topic}-key") == [1]  # not under the old topic's key subject
+    assert registry.get_latest_version(f"{w.topic}-key").schema_id == old_key.schema_id
+    key = registry.get_latest_version(f"{versioned}-key")
+    assert "order_id" in key.schema.schema_str and "customer" not in key.schema.schema_str
+    value = registry.get_latest_version(f"{versioned}-value")
+    [container] = w.deployment("backfill")["spec"]["template"]["spec"]["containers"]
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    assert env["SLUICE_SINK_KEY_SCHEMA_ID"] == str(key.schema_id)
+    assert env["SLUICE_SINK_SCHEMA_ID"] == str(value.schema_id)
     assert env["SLUICE_OUTPUT_TOPIC"] == versioned

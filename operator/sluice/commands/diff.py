@@ -8,8 +8,9 @@ are compared: a change there alone is ``transparent`` / ``in-place``.
 An avro sink whose schema (value, or key with ``keyFormat: avro``) changes is checked against its
 subject by the schema registry at ``$SLUICE_SCHEMA_REGISTRY_URL``, as the admission webhook checks it
 (``sluice.core.formats.registry.upgrade_sink_questions``): an incompatible schema makes the decision
-``reject``, the registry's reason first. The value schema of a replace with backfill onto a versioned
-topic goes under that topic's new subject and is not asked about here (the plan version is unknown).
+``reject``, the registry's reason first. The value and key schemas of a replace with backfill onto a
+versioned topic go under that topic's new subjects (``<sink>-v<N>-value``, ``<sink>-v<N>-key``, unless
+the sink names them) and are not asked about here (the plan version is unknown).
 
 Exit 0 for any valid pair (whatever the decision, including ``reject``); exit 1 with ``FILE: line L,
 column C: message`` (or ``FILE: FIELD: message``) on stderr when either manifest does not load or

@@ -36,7 +36,7 @@ from sluice.core.errors import CompileError
 from sluice.core.formats.registry import (
     SinkCheck,
     admission_registry_check,
-    backfill_subject,
+    backfill_topic,
     registry_problems,
 )
 from sluice.core.manifest import validation_problems
@@ -245,9 +245,9 @@ def review_query(operation: str, new: Mapping[str, Any], old: Mapping[str, Any] 
     running = Plan.from_json(running_plan.text) if avro_sink and running_plan and running_plan.text else None
     base = basis({"status": status}) if running is not None else None
     policy = own_policy or _cluster_policy(cluster_upgrade)
-    subject = (backfill_subject(plan, running, policy, _version_identity(new.get("metadata") or {},
-                                                                         base.version + 1)) if base else None)
-    refused_sink = admission_registry_check(query, plan, running, sink_check, subject)
+    topic = (backfill_topic(plan, running, policy, _version_identity(new.get("metadata") or {},
+                                                                     base.version + 1)) if base else None)
+    refused_sink = admission_registry_check(query, plan, running, sink_check, topic)
     if refused_sink is not None:
         return deny(refused_sink)
 

@@ -7,8 +7,8 @@ or else the QueryCluster's, exactly as the operator classifies an edit
 topic settings) are compared too, as ``sluice diff`` does. Output like ``sluice diff``, plus what
 the operator then does. An avro sink whose schema changes is checked against its subject by the
 registry at ``$SLUICE_SCHEMA_REGISTRY_URL``, as ``sluice diff`` and the admission webhook check it
-(under the versioned topic's subject for a replace with backfill: the live query's plan version is
-known here): an incompatible schema makes the decision ``reject``, with the registry's reason.
+(under the versioned topic's subjects, value and key, for a replace with backfill: the live query's
+plan version is known here): an incompatible schema makes the decision ``reject``, with the registry's reason.
 Exit 0 for any valid manifest (also for ``reject``); 1 with ``FILE: line L, column C: message`` when it
 does not load or compile or the sink's changed avro schema cannot be checked, or ``error: ...``.
 """

@@ -52,7 +52,7 @@ from sluice.operator.schemas import (
     report_source_schemas,
     sink_schema_ids,
     uses_avro,
-    version_subjects,
+    version_topics,
 )
 from sluice.operator.upgrade import pinned_context
 
@@ -218,9 +218,9 @@ def _with_sink_schemas(run: QueryRun, seen: Observed, retry: int) -> Observed:
             cached = load_plan(run, pinned.config_map)
         if cached is not None:
             plans[pinned.hash] = cached
-    subjects = version_subjects(run, seen.spec, seen.cluster, seen.ctx, plans)
+    topics = version_topics(run, seen.spec, seen.cluster, seen.ctx, plans)
     running = pinned.hash if pinned is not None else None
-    ids = sink_schema_ids(run, seen.spec, seen.cluster, seen.cluster_name, plans, running, retry, subjects)
+    ids = sink_schema_ids(run, seen.spec, seen.cluster, seen.cluster_name, plans, running, retry, topics)
     if not ids.value:
         return seen
     return dataclasses.replace(seen, ctx=dataclasses.replace(seen.ctx, sink_schema_ids=ids.value,

@@ -31,7 +31,7 @@ from sluice.core.formats.registry import (
     newly_behind,
     registry_problems,
     source_schema_report,
-    versioned_subject,
+    versioned_sink_schema,
 )
 from sluice.core.plan.model import Plan, RegistrySchema
 from sluice.core.rollout import BACKFILL
@@ -45,7 +45,7 @@ from sluice.operator.executor import replace_output_topic
 from sluice.operator.registry import Registry, RegistryRefused, RegistryUnavailable
 
 __all__ = ["SinkSchemaIds", "check_registry", "latest_source_schemas", "report_source_schemas",
-           "sink_schema_ids", "uses_avro", "version_subjects"]
+           "sink_schema_ids", "uses_avro", "version_topics"]
 
 
 def uses_avro(plan: Plan) -> bool:
@@ -128,18 +128,13 @@ class _Wanted:
         return NEW_KEY_SCHEMA if self.key else NEW_VALUE_SCHEMA
 
 
-def _wanted(avro_plans: Mapping[str, Plan], running: str | None, subjects: Mapping[str, str] | None,
+def _wanted(avro_plans: Mapping[str, Plan], running: str | None, topics: Mapping[str, str] | None,
             key: bool) -> list[_Wanted]:
-    """The value (or key) sink schema of each plan, the running plan's first, each under its subject; one
-    that differs from the running plan's is to be checked for compatibility."""
-    if key:
-        subjects = None  # a version on a topic of its own keeps the plan's key subject (not done yet)
-
+    """The value (or key) sink schema of each plan, the running plan's first, each under its subject (a
+    plan whose version writes a topic of its own, ``topics``: under that topic's subject, value and
+    key alike); one that differs from the running plan's is to be checked for compatibility."""
     def schema_of(plan_hash: str, plan: Plan) -> RegistrySchema | None:
-        schema = plan.sink.key_schema if key else plan.sink.value_schema
-        if schema is not None and subjects and plan_hash in subjects:
-            schema = schema.model_copy(update={"subject": subjects[plan_hash]})
-        return schema
+        return versioned_sink_schema(plan, (topics or {}).get(plan_hash), key=key)
 
     current = avro_plans.get(running or "")
     current_schema = schema_of(running or "", current) if current is not None else None
@@ -153,20 +148,21 @@ def _wanted(avro_plans: Mapping[str, Plan], running: str | None, subjects: Mappi
 
 def sink_schema_ids(run: QueryRun, spec: StreamingQuerySpec, cluster: QueryClusterSpec, cluster_name: str,
                     plans: Mapping[str, Plan], running: str | None, retry: int,
-                    subjects: Mapping[str, str] | None = None) -> SinkSchemaIds:
+                    topics: Mapping[str, str] | None = None) -> SinkSchemaIds:
     """For each plan (by hash) that uses avro: the ids its avro sink schemas (value, and key for
     ``keyFormat: avro``, under ``<topic>-key`` or ``keySubject``) have under their subjects.
     ``running``: the hash of the plan that runs (its schemas are registered as they are; another plan's
-    schema that differs from it is checked for compatibility first). ``subjects``: the value subject of
-    a plan whose version writes a topic of its own (``version_subjects``). Every changed schema, value
-    and key, is checked before any is registered: a refusal leaves the registry as it was."""
+    schema that differs from it is checked for compatibility first). ``topics``: the topic of its own a
+    plan's version writes (``version_topics``): its value and key go under that topic's subjects
+    (``<topic>-value``, ``<topic>-key``) unless the sink names them. Every changed schema, value and
+    key, is checked before any is registered: a refusal leaves the registry as it was."""
     avro_plans = {h: p for h, p in plans.items() if uses_avro(p)}
     if not avro_plans:
         return SinkSchemaIds()
     if cluster.schema_registry is None:  # a plan pinned before the registry was removed: say so
         check_registry(run, spec, cluster, cluster_name)
         return SinkSchemaIds({h: None for h in avro_plans}, {h: None for h in avro_plans})
-    wanted = _wanted(avro_plans, running, subjects, False) + _wanted(avro_plans, running, subjects, True)
+    wanted = _wanted(avro_plans, running, topics, False) + _wanted(avro_plans, running, topics, True)
     if all(w.schema is None for w in wanted):  # avro sources only
         return SinkSchemaIds({h: None for h in avro_plans}, {h: None for h in avro_plans})
     registry = _client(run, spec, cluster, cluster_name, retry)
@@ -223,13 +219,14 @@ def report_source_schemas(run: QueryRun, cluster: QueryClusterSpec,
     return now
 
 
-def version_subjects(run: QueryRun, spec: StreamingQuerySpec, cluster: QueryClusterSpec, ctx: QueryContext,
-                     plans: Mapping[str, Plan]) -> dict[str, str]:
-    """The subject of each plan whose version writes a topic of its own: the running version's (a
-    backfill moved it), the one a rollout in flight writes, or the one a replace with backfill of the
-    plan asked for will write (predicted as the executor decides it: the classifier says replace and the
-    policy backfill), so that its schema is checked and registered under that topic's subject, not
-    refused against the old topic's."""
+def version_topics(run: QueryRun, spec: StreamingQuerySpec, cluster: QueryClusterSpec, ctx: QueryContext,
+                   plans: Mapping[str, Plan]) -> dict[str, str]:
+    """The topic of its own of each plan whose version writes one: the running version's (a backfill
+    moved it), the one a rollout in flight writes, or the one a replace with backfill of the plan asked
+    for will write (predicted as the executor decides it: the classifier says replace and the policy
+    backfill), so that its sink schemas, value and key, are checked and registered under that topic's
+    subjects (``sluice.core.formats.registry.versioned_sink_schema``), not refused against the old
+    topic's."""
     pinned, rollout = run.records.plan, run.records.rollout
     running = plans.get(pinned.hash) if pinned is not None else None
     policy = spec.upgrade or cluster.upgrade
@@ -243,7 +240,6 @@ def version_subjects(run: QueryRun, spec: StreamingQuerySpec, cluster: QueryClus
         elif running is not None and policy.allow_replace and policy.replace_strategy == BACKFILL:
             if run.env.classify(running, plan, policy).decision == "replace":
                 topic = replace_output_topic(ctx, running, plan, BACKFILL)
-        subject = versioned_subject(plan, topic)
-        if subject is not None:
-            out[plan_hash] = subject
+        if topic and topic != plan.sink.topic:
+            out[plan_hash] = topic
     return out

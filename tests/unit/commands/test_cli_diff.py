@@ -120,3 +120,35 @@ def test_diff_missing_file_exits_one(tmp_path: Path, capsys: pytest.CaptureFixtu
     old, _ = _write_pair(tmp_path, "04-filter-stateless.yaml")
     assert main(["diff", old, str(tmp_path / "missing.yaml")]) == 1
     assert "missing.yaml" in capsys.readouterr().err
+
+
+
+def test_diff_does_not_ask_about_an_avro_key_going_under_a_versioned_topics_subject(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """A replace with backfill puts the avro key under ``<sink>-v<N>-key``, N unknown here: not asked, so
+    no registry is needed; with hand-off the key stays under ``<sink>-key`` and is asked (no registry:
+    the problem names the sink's keyFormat and that subject)."""
+    monkeypatch.delenv("SLUICE_SCHEMA_REGISTRY_URL", raising=False)
+
+    def manifest(sql: str, strategy: str, name: str) -> str:
+        obj = {"apiVersion": "sluice.dev/v1alpha1", "kind": "StreamingQuery",
+               "metadata": {"name": "q", "namespace": "shop"},
+               "spec": {"sources": [{"name": "orders", "topic": "orders",
+                                     "schema": [{"name": "customer", "type": "string"},
+                                                {"name": "amount", "type": "double"}]}],
+                        "sql": sql, "sink": {"topic": "out", "key": ["customer"], "keyFormat": "avro",
+                                             "outputMode": "update"},
+                        "upgrade": {"replaceStrategy": strategy}}}
+        path = tmp_path / name
+        path.write_text(yaml.safe_dump(obj))
+        return str(path)
+
+    old_sql = "SELECT customer, sum(amount) AS total FROM orders GROUP BY customer"
+    new_sql = "SELECT cast(customer AS binary) AS customer, count(*) AS n FROM orders GROUP BY customer"
+    assert main(["diff", manifest(old_sql, "backfill", "old.yaml"), manifest(new_sql, "backfill", "new.yaml"),
+                 "-o", "json"]) == 0
+    assert json.loads(capsys.readouterr().out)["decision"] == "replace"
+    hand_off = [manifest(old_sql, "handOff", "old.yaml"), manifest(new_sql, "handOff", "new.yaml")]
+    assert main(["diff", *hand_off]) == 1
+    err = capsys.readouterr().err
+    assert "spec.sink.keyFormat" in err and "subject 'out-key'" in err

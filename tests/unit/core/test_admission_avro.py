@@ -141,3 +141,43 @@ def test_an_avro_sink_key_of_a_json_value_is_checked_under_its_key_subject_when_
                            sink_check=sink_check, running_plan=running)
     assert asked == [("out-key", "the sink's new Avro key schema")]
     assert not verdict.allowed and "key schema is incompatible with subject 'out-key'" in verdict.message
+
+
+def test_a_replace_with_backfill_checks_the_key_under_the_versioned_topics_key_subject() -> None:
+    def keyed(sql: str, generation: int, **sink: Any) -> dict[str, Any]:
+        obj = query(sql, generation)
+        obj["spec"]["sink"] = {"topic": "out", "format": "avro", "key": ["customer"], "keyFormat": "avro",
+                               "outputMode": "update", **sink}
+        obj["spec"]["upgrade"] = {"replaceStrategy": "backfill"}
+        return obj
+
+    def asked_for(**sink: Any) -> tuple[list[tuple[str, str]], Any]:
+        old = keyed("SELECT customer, sum(amount) AS total FROM orders GROUP BY customer", 1, **sink)
+        spec = QuerySpec.model_validate({k: v for k, v in old["spec"].items() if k != "upgrade"})
+        plan = compile_query(spec, CompileTarget(schemas=SCHEMAS))
+        # the running version is plan version 2, so the replace writes out-v3
+        old["status"] = {"plan": {"hash": plan.hash, "version": 2,
+                                  "configMap": f"totals-plan-{plan.hash[:12]}"}}
+        running = RunningPlan(f"totals-plan-{plan.hash[:12]}", plan.to_json())
+        # a new grouping whose key column is retyped (string -> binary): value and key schemas change
+        new = keyed("SELECT cast(customer AS binary) AS customer, count(*) AS n FROM orders "
+                    "GROUP BY customer", 2, **sink)
+        asked: list[tuple[str, str]] = []
+
+        def sink_check(schema: RegistrySchema, what: str) -> str | None:
+            asked.append((schema.subject, what))
+            return f"{what} is incompatible with subject {schema.subject!r}" if schema.subject.endswith(
+                "out-key") else None
+
+        return asked, review_query("UPDATE", new, old, {}, models=MODELS, cluster=CLUSTER, schemas=SCHEMAS,
+                                   sink_check=sink_check, running_plan=running)
+
+    asked, verdict = asked_for()
+    assert asked == [("out-v3-value", "the sink's new Avro schema"),
+                     ("out-v3-key", "the sink's new Avro key schema")]
+    assert verdict.allowed  # the old topic's key subject, which would refuse it, is not asked
+    # a named keySubject is kept on the versioned topic (and refused there)
+    asked, verdict = asked_for(keySubject="shared-out-key")
+    assert asked == [("out-v3-value", "the sink's new Avro schema"),
+                     ("shared-out-key", "the sink's new Avro key schema")]
+    assert not verdict.allowed and "incompatible with subject 'shared-out-key'" in verdict.message

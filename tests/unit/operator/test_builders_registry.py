@@ -112,3 +112,34 @@ def test_source_subjects_ahead_of_the_running_plan_are_reported_once() -> None:
     assert "has version 2 (id 12); the running plan reads with version 1 (id 11)" in describe_behind(ahead[0])
     unknown = source_schema_report({"orders-value": schema(1)}, {})
     assert not unknown[0].behind and unknown[0].latest_version is None
+
+
+def test_a_version_on_a_topic_of_its_own_registers_value_and_key_under_that_topics_subjects() -> None:
+    from sluice.core.compiler import compile_query
+    from sluice.operator.schemas import _wanted
+
+    def keyed(sql: str, **sink: Any) -> Any:
+        return compile_query(QuerySpec.model_validate(query_spec(
+            sql=sql, sink={"topic": "out", "format": "avro", "key": ["customer"], "keyFormat": "avro",
+                           "outputMode": "update", **sink})))
+
+    running = keyed("SELECT customer, count(*) AS n FROM orders GROUP BY customer")
+    new = keyed("SELECT cast(customer AS binary) AS customer, count(*) AS n FROM orders GROUP BY customer")
+    plans = {"r": running, "n": new}
+    value, key = _wanted(plans, "r", {"n": "out-v2"}, False), _wanted(plans, "r", {"n": "out-v2"}, True)
+    assert [(w.plan_hash, w.schema.subject if w.schema else None, w.check) for w in value + key] == [
+        ("r", "out-value", False), ("n", "out-v2-value", True),
+        ("r", "out-key", False), ("n", "out-v2-key", True)]
+    [_, new_key] = key
+    assert new_key.schema is not None and new.sink.key_schema is not None
+    assert new_key.schema.schema_ == new.sink.key_schema.schema_
+    # the running version moved to out-v2 by a backfill, the next one in place there: the same key
+    same = keyed("SELECT customer, count(*) AS orders FROM orders GROUP BY customer")
+    key = _wanted({"r": running, "s": same}, "r", {"r": "out-v2", "s": "out-v2"}, True)
+    assert [(w.schema.subject if w.schema else None, w.check) for w in key] == [
+        ("out-v2-key", False), ("out-v2-key", False)]
+    # a named keySubject stays as named on the versioned topic
+    named = keyed("SELECT cast(customer AS binary) AS customer, count(*) AS n FROM orders GROUP BY customer",
+                  keySubject="customers-key")
+    [w] = _wanted({"n": named}, None, {"n": "out-v2"}, True)
+    assert w.schema is not None and w.schema.subject == "customers-key"

@@ -16,12 +16,13 @@ from sluice.core.naming import QueryIdentity
 from sluice.core.plan.model import Plan, RegistrySchema
 from sluice.core.records import StatusModel
 from sluice.core.replace import backfill_output_topic
-from sluice.core.spec import QuerySpec, UpgradePolicy, topic_subject
+from sluice.core.spec import QuerySpec, UpgradePolicy, key_subject_of, topic_subject
 
 __all__ = ["NEW_KEY_SCHEMA", "NEW_VALUE_SCHEMA", "SinkCheck", "SinkQuestion", "SourceSchemaStatus",
-           "admission_registry_check", "backfill_subject", "changed_sink_schema", "describe_behind",
+           "admission_registry_check", "backfill_topic", "changed_sink_schema", "describe_behind",
            "incompatibility", "newly_behind", "refused_upgrade", "registry_problems", "sink_questions",
-           "source_schema_report", "upgrade_sink_questions", "versioned_subject"]
+           "source_schema_report", "upgrade_sink_questions", "versioned_key_subject", "versioned_sink_schema",
+           "versioned_subject"]
 
 
 def registry_problems(query: QuerySpec, cluster_name: str, has_registry: bool) -> list[Problem]:
@@ -75,32 +76,31 @@ def changed_sink_schema(plan: Plan, running: Plan | None, key: bool = False) -> 
 SinkQuestion = tuple[RegistrySchema, str]
 
 
-def sink_questions(query: QuerySpec, plan: Plan, running: Plan | None, subject: str | None = None
+def sink_questions(query: QuerySpec, plan: Plan, running: Plan | None, topic: str | None = None
                    ) -> list[SinkQuestion]:
     """The avro sink schemas of ``plan`` the registry is asked about, in the order asked: the value
-    schema (under ``subject`` when given: :func:`backfill_subject`), then the key schema of an avro key
-    (under its own subject); each only when it changed from ``running``'s (:func:`changed_sink_schema`)."""
+    schema, then the key schema of an avro key, each under the subject it goes under when the version
+    writes ``topic`` (:func:`backfill_topic`, :func:`versioned_sink_schema`; None: the plan's own
+    subjects); each only when it changed from ``running``'s (:func:`changed_sink_schema`)."""
     out: list[SinkQuestion] = []
-    schema = changed_sink_schema(plan, running) if query.sink.format == "avro" else None
-    if schema is not None:
-        out.append((schema.model_copy(update={"subject": subject}) if subject is not None else schema,
-                    NEW_VALUE_SCHEMA))
-    key_schema = changed_sink_schema(plan, running, key=True) if query.sink.key_format == "avro" else None
-    if key_schema is not None:
-        out.append((key_schema, NEW_KEY_SCHEMA))
+    for key, what, fmt in ((False, NEW_VALUE_SCHEMA, query.sink.format),
+                           (True, NEW_KEY_SCHEMA, query.sink.key_format)):
+        schema = versioned_sink_schema(plan, topic, key=key)
+        if fmt == "avro" and schema is not None and changed_sink_schema(plan, running, key=key) is not None:
+            out.append((schema, what))
     return out
 
 
 def admission_registry_check(query: QuerySpec, plan: Plan, running: Plan | None,
-                             sink_check: SinkCheck | None, subject: str | None = None) -> str | None:
+                             sink_check: SinkCheck | None, topic: str | None = None) -> str | None:
     """Why the admission webhook refuses ``plan``'s sink schemas (``sink_check``: the kopf side's question
     to the registry, answered with :func:`incompatibility`), or None: the value schema, then the key
-    schema of an avro key (:func:`sink_questions`). ``subject``: the value subject of a version that
-    writes a topic of its own (:func:`backfill_subject`; the key keeps its subject there, as the
-    operator registers it)."""
+    schema of an avro key (:func:`sink_questions`). ``topic``: the topic of its own a version writes
+    (:func:`backfill_topic`): value and key are asked under that topic's subjects, as the operator
+    registers them."""
     if sink_check is None:
         return None
-    for schema, what in sink_questions(query, plan, running, subject):
+    for schema, what in sink_questions(query, plan, running, topic):
         refused = sink_check(schema, what)
         if refused is not None:
             return refused
@@ -110,18 +110,20 @@ def admission_registry_check(query: QuerySpec, plan: Plan, running: Plan | None,
 def upgrade_sink_questions(query: QuerySpec, plan: Plan, running: Plan, policy: UpgradePolicy,
                            version: int | None = None) -> list[SinkQuestion]:
     """What the registry is asked about an upgrade from ``running`` to ``plan`` (``sluice diff``,
-    ``kubectl sluice diff``), as the webhook asks it: :func:`sink_questions` with the value under the
-    subject of the versioned topic a replace with backfill writes (:func:`backfill_subject`).
+    ``kubectl sluice diff``), as the webhook asks it: :func:`sink_questions` with value and key under
+    the subjects of the versioned topic a replace with backfill writes (:func:`backfill_topic`).
 
     ``version``: the new version's plan version. None when it is not known (``sluice diff``: manifests
-    carry no status): a value schema that goes under a versioned topic's subject (``<sink>-v<N>-value``,
-    N unknown) is then not asked about (the operator checks it there before it registers it); whether
-    it goes there does not depend on N (every version after the first writes ``<sink>-v<N>``)."""
+    carry no status): a schema that goes under a versioned topic's subject (``<sink>-v<N>-value``,
+    ``<sink>-v<N>-key``, N unknown) is then not asked about (the operator checks it there before it
+    registers it); whether it goes there does not depend on N (every version after the first writes
+    ``<sink>-v<N>``)."""
     identity = QueryIdentity(service_id="-", namespace="-", name="-", uid="", plan_version=version or 2)
-    subject = backfill_subject(plan, running, policy, identity)
-    questions = sink_questions(query, plan, running, subject)
-    if subject is not None and version is None:
-        return [(schema, what) for schema, what in questions if what != NEW_VALUE_SCHEMA]
+    topic = backfill_topic(plan, running, policy, identity)
+    questions = sink_questions(query, plan, running, topic)
+    if topic is not None and version is None:
+        moved = {versioned_subject(plan, topic), versioned_key_subject(plan, topic)}
+        return [(schema, what) for schema, what in questions if schema.subject not in moved]
     return questions
 
 
@@ -131,17 +133,20 @@ def refused_upgrade(decision: UpgradeDecision, refused: str) -> UpgradeDecision:
     return decision.model_copy(update={"decision": "reject", "reasons": [refused, *decision.reasons]})
 
 
-def backfill_subject(plan: Plan, running: Plan | None, policy: UpgradePolicy, identity: QueryIdentity
-                     ) -> str | None:
-    """The subject ``plan``'s sink schema goes under when the edit from ``running`` is carried out as a
-    replace with backfill onto a versioned topic (``identity``: the new version's, for its name), as
-    the operator decides it (``sluice.operator.schemas.version_subjects``); None otherwise."""
+def backfill_topic(plan: Plan, running: Plan | None, policy: UpgradePolicy, identity: QueryIdentity
+                   ) -> str | None:
+    """The versioned topic ``plan``'s version writes when the edit from ``running`` is carried out as a
+    replace with backfill (``identity``: the new version's, for its name), as the operator decides it
+    (``sluice.operator.schemas.version_topics``); None otherwise, or when the edit names a new sink topic
+    (the version writes the plan's own topic). Its sink schemas go under that topic's subjects
+    (:func:`versioned_sink_schema`)."""
     if running is None or not policy.allow_replace or policy.replace_strategy != "backfill":
         return None
     if classify(running, plan, policy).decision != "replace":
         return None
     versioned = identity.versioned_topic(plan.sink.topic)
-    return versioned_subject(plan, backfill_output_topic(plan.sink.topic, running.sink.topic, versioned))
+    topic = backfill_output_topic(plan.sink.topic, running.sink.topic, versioned)
+    return topic if topic != plan.sink.topic else None
 
 
 class SourceSchemaStatus(StatusModel):
@@ -186,13 +191,37 @@ def describe_behind(report: SourceSchemaStatus) -> str:
             "it until the query is edited")
 
 
+def _moved_subject(schema: RegistrySchema | None, own: str, moved: str | None) -> str | None:
+    """The subject a sink schema goes under on a topic of its own: ``moved`` (that topic's
+    TopicNameStrategy subject) when the schema is under ``own`` (the plan topic's); None when there is
+    no schema, no topic of its own, or the sink named its subject (kept as named)."""
+    if schema is None or moved is None or schema.subject != own:
+        return None
+    return moved
+
+
 def versioned_subject(plan: Plan, topic: str | None) -> str | None:
-    """The subject a plan version's sink schema goes under when the version writes a topic of its own
-    (a replace with backfill: ``<sink>-v<N>``): that topic's ``<topic>-value``, unless the sink names its
-    subject (kept as named). None: the plan's own subject."""
-    schema = plan.sink.value_schema
-    if schema is None or not topic or topic == plan.sink.topic:
-        return None
-    if schema.subject != topic_subject(plan.sink.topic):
-        return None
-    return topic_subject(topic)
+    """The subject a plan version's sink VALUE schema goes under when the version writes a topic of its
+    own (a replace with backfill: ``<sink>-v<N>``): that topic's ``<topic>-value``, unless the sink names
+    its ``subject`` (kept as named). None: the plan's own subject."""
+    moved = topic_subject(topic) if topic and topic != plan.sink.topic else None
+    return _moved_subject(plan.sink.value_schema, topic_subject(plan.sink.topic), moved)
+
+
+def versioned_key_subject(plan: Plan, topic: str | None) -> str | None:
+    """The subject a plan version's sink KEY schema (``keyFormat: avro``) goes under when the version
+    writes a topic of its own: that topic's ``<topic>-key``, unless the sink names its ``keySubject``
+    (kept as named). None: the plan's own key subject."""
+    moved = key_subject_of(topic) if topic and topic != plan.sink.topic else None
+    return _moved_subject(plan.sink.key_schema, key_subject_of(plan.sink.topic), moved)
+
+
+def versioned_sink_schema(plan: Plan, topic: str | None, key: bool = False) -> RegistrySchema | None:
+    """``plan``'s sink value schema (``key``: its avro key schema) under the subject it is checked and
+    registered under when the version writes ``topic`` (:func:`versioned_subject`,
+    :func:`versioned_key_subject`); None: the sink writes no such schema."""
+    schema = plan.sink.key_schema if key else plan.sink.value_schema
+    subject = versioned_key_subject(plan, topic) if key else versioned_subject(plan, topic)
+    if schema is None or subject is None:
+        return schema
+    return schema.model_copy(update={"subject": subject})
