@@ -282,7 +282,8 @@ def plot(path: Path, rates: dict[str, list[float]], memory: dict[str, list[tuple
     mem.set_xlabel("seconds since the driver pod's first sample")
     mem.set_ylabel("driver working set (MiB)")
     mem.set_title("driver memory during the run")
-    mem.legend(fontsize="small")
+    if any(memory.values()):
+        mem.legend(fontsize="small")
     fig.suptitle(title)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
