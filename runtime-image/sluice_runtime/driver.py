@@ -249,7 +249,6 @@ def run_elected(
     from sluice_runtime.elector import Elector
     from sluice_runtime.kubeapi import KubeApi, KubeConfig
     from sluice_runtime.pipeline import prepare_pipeline
-    from sluice_runtime.standby_executors import ExecutorHold, wanted_executors
     from sluice_runtime.warmup import warm_up_plan
 
     assert config.lease_name and config.lease_namespace
@@ -281,9 +280,6 @@ def run_elected(
                  time.monotonic() - started, plan.hash[:12], warm_up, config.lease_namespace,
                  config.lease_name)
         warmed = warm_up == "plan"
-        # executor pods are held while active only: a warmed standby gives them back
-        hold = ExecutorHold(spark, wanted_executors(
-            config.master, spark.sparkContext.getConf().get("spark.executor.instances", "0")))
 
         cancel_warm_up = threading.Event()
         warming: list[threading.Thread] = []
@@ -302,8 +298,6 @@ def run_elected(
                 log.info("standby: warmed up on the plan in %.1fs while %s serves%s", took,
                          record.holder if record else "another driver",
                          " (cancelled: taking over)" if cancel_warm_up.is_set() else "")
-                if not cancel_warm_up.is_set():
-                    hold.release()
 
             thread = threading.Thread(target=run, name="warm-up", daemon=True)
             warming.append(thread)
@@ -314,8 +308,6 @@ def run_elected(
             state.metrics.set_role("standby")
             state.health.draining = False
             set_pod_role(api, config.lease_namespace, pod, "standby")
-            if warmed:  # after the warm-up, or a term that ended: no executors while standing by
-                hold.stand_by()
             late = None if warmed else warm_up_late
             leadership = elector.wait_for_leadership(drain_requested, while_held=late)
             cancel_warm_up.set()  # a late warm-up still running stops its queries first
@@ -325,7 +317,6 @@ def run_elected(
             for thread in warming:
                 thread.join(10)
             log.debug("active: %s threads at normal priority", set_priority(own_pids(spark), 0))
-            hold.acquire()
             end, code = _term(config, prepared, state, drain_requested, elector, api, pod, leadership)
             warmed = True  # it ran the plan as the active driver
             if end == LOST:
