@@ -37,7 +37,7 @@ for sub in ("operator", "runtime-image", "devtools"):
     sys.path.insert(0, str(ROOT / sub))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_runtime import SQL, interleaved  # noqa: E402
+from bench_runtime import SQL, interleaved, send  # noqa: E402
 
 ORDER = {"type": "record", "name": "Order", "namespace": "bench", "fields": [
     {"name": "order_id", "type": "string"},
@@ -92,14 +92,7 @@ def fill(bootstrap: str, topic: str, n: int, encode: Any) -> float:
     for i in range(n):
         record = {"order_id": f"o{i}", "customer": f"c{i % 50}", "amount": i % 97 + 0.5,
                   "ts": BASE_MILLIS + (i // 100) * 1000}
-        while True:
-            try:
-                p.produce(topic, value=encode(record))
-                break
-            except BufferError:
-                p.poll(0.05)
-        if i % 10000 == 0:
-            p.poll(0)
+        send(p, topic, encode(record), i)
     assert p.flush(120) == 0
     return time.monotonic() - started
 

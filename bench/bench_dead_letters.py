@@ -42,6 +42,9 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 for sub in ("operator", "runtime-image", "devtools"):
     sys.path.insert(0, str(ROOT / sub))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from bench_runtime import send  # noqa: E402
 
 QUERIES = {
     "select": ("SELECT order_id, customer, amount FROM orders", "append"),
@@ -97,14 +100,7 @@ def fill(bootstrap: str, topic: str, n: int, bad_every: int) -> int:
         else:
             ts = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(base + i // 100))
             value = f'{{"order_id":"o{i}","customer":"c{i % 50}","amount":{i % 97}.5,"ts":"{ts}"}}'
-        while True:
-            try:
-                p.produce(topic, value=value.encode())
-                break
-            except BufferError:
-                p.poll(0.05)
-        if i % 10000 == 0:
-            p.poll(0)
+        send(p, topic, value.encode(), i)
     assert p.flush(120) == 0
     return bad
 

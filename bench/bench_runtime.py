@@ -79,6 +79,20 @@ def build_plan(topic: str, out: str, delivery: str) -> Any:
     return compile_query(parse_manifest(manifest(topic, out, delivery)).spec)
 
 
+def send(producer: Any, topic: str, value: bytes, index: int, partition: int | None = None) -> None:
+    """Produce one record, waiting while the producer's queue is full; serve its delivery reports
+    every 10,000 records (``index``: the record's number in the run)."""
+    kwargs = {} if partition is None else {"partition": partition}
+    while True:
+        try:
+            producer.produce(topic, value=value, **kwargs)
+            break
+        except BufferError:
+            producer.poll(0.05)
+    if index % 10000 == 0:
+        producer.poll(0)
+
+
 def fill(bootstrap: str, topic: str, n: int) -> float:
     from confluent_kafka import Producer
     from confluent_kafka.admin import AdminClient, NewTopic
@@ -99,14 +113,7 @@ def fill(bootstrap: str, topic: str, n: int) -> float:
     for i in range(n):
         ts = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(base + i // 100))
         value = f'{{"order_id":"o{i}","customer":"c{i % 50}","amount":{i % 97}.5,"ts":"{ts}"}}'
-        while True:
-            try:
-                p.produce(topic, value=value.encode())
-                break
-            except BufferError:
-                p.poll(0.05)
-        if i % 10000 == 0:
-            p.poll(0)
+        send(p, topic, value.encode(), i)
     assert p.flush(120) == 0
     return time.monotonic() - started
 

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from bench_failover import Platform
+from bench_runtime import send
 
 #: the JSON columns of the records (about 100 bytes each); ``ts`` spreads them over minutes
 SCHEMA = [{"name": "id", "type": "bigint"}, {"name": "k", "type": "string"}, {"name": "v", "type": "int"},
@@ -48,14 +49,7 @@ def fill(p: Platform, topic: str, n: int) -> float:
                          "compression.type": "lz4", "queue.buffering.max.messages": 1_000_000})
     began = time.monotonic()
     for i in range(n):
-        while True:
-            try:
-                producer.produce(topic, value=record(i), partition=i % 4)
-                break
-            except BufferError:
-                producer.poll(0.05)
-        if i % 20000 == 0:
-            producer.poll(0)
+        send(producer, topic, record(i), i, partition=i % 4)
     assert producer.flush(300) == 0
     return time.monotonic() - began
 
