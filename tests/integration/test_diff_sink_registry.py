@@ -19,6 +19,7 @@ from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
 from sluice.commands import diff
 from sluice.commands.registry import URL_ENV
 from sluice.core.compiler import compile_query
+from sluice.core.plan.model import Plan
 from sluice.core.spec import QuerySpec
 
 from tests.support.registry_fixture import SchemaRegistry
@@ -56,6 +57,17 @@ def running(registry: SchemaRegistry, query: dict[str, Any]) -> SchemaRegistryCl
         if schema is not None:
             client.register_schema(schema.subject, Schema(schema.schema_, "AVRO"))
     return client
+
+
+def live_at_version_3(old_spec: dict[str, Any], new_spec: dict[str, Any]
+                      ) -> tuple[Plan, Plan, dict[str, Any]]:
+    """Both specs' plans, and the live query ``kubectl sluice diff`` reads: ``old_spec`` running as
+    plan version 3 (a replace with backfill writes ``<topic>-v4``)."""
+    old_plan = compile_query(QuerySpec.model_validate(old_spec))
+    new_plan = compile_query(QuerySpec.model_validate(new_spec))
+    live = {"spec": old_spec, "status": {"plan": {"hash": old_plan.hash, "version": 3,
+                                                  "configMap": f"totals-plan-{old_plan.hash[:12]}"}}}
+    return old_plan, new_plan, live
 
 
 def run_diff(old: str, new: str, output: str, env: dict[str, str]) -> int:
@@ -152,10 +164,7 @@ def test_kubectl_diff_asks_under_the_versioned_subject_of_a_backfill_and_the_top
     new_spec = spec(topic, REGROUPED, outputMode="update")
     client = running(schema_registry, old_spec)
     client.set_compatibility(f"{topic}-value", "BACKWARD")
-    old_plan = compile_query(QuerySpec.model_validate(old_spec))
-    new_plan = compile_query(QuerySpec.model_validate(new_spec))
-    live = {"spec": old_spec, "status": {"plan": {"hash": old_plan.hash, "version": 3,
-                                                  "configMap": f"totals-plan-{old_plan.hash[:12]}"}}}
+    old_plan, new_plan, live = live_at_version_3(old_spec, new_spec)
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv(URL_ENV, schema_registry.url)
         backfill = UpgradePolicy.model_validate({"replaceStrategy": "backfill"})
@@ -185,10 +194,7 @@ def test_kubectl_diff_asks_about_an_avro_key_under_the_versioned_topics_key_subj
     new_spec = spec(topic, REGROUPED, **keyed)  # the key column customer: string -> double
     client = running(schema_registry, old_spec)
     client.set_compatibility(f"{topic}-key", "BACKWARD")
-    old_plan = compile_query(QuerySpec.model_validate(old_spec))
-    new_plan = compile_query(QuerySpec.model_validate(new_spec))
-    live = {"spec": old_spec, "status": {"plan": {"hash": old_plan.hash, "version": 3,
-                                                  "configMap": f"totals-plan-{old_plan.hash[:12]}"}}}
+    old_plan, new_plan, live = live_at_version_3(old_spec, new_spec)
     backfill = UpgradePolicy.model_validate({"replaceStrategy": "backfill"})
     decision = classify(old_plan, new_plan, backfill)
     assert decision.decision == "replace"
