@@ -338,12 +338,15 @@ def startup_problems(plan: Plan, settings: AvroSettings) -> list[str]:
             if settings.registry is None and not given:
                 problems.append(f"{REGISTRY_URL_ENV} is not set: avro source {step.source} needs the schema "
                                 "registry for the writer schemas of its records")
-        elif isinstance(step, KafkaSinkV1) and step.format == "avro":
+        elif isinstance(step, KafkaSinkV1) and step.format in ("avro", "protobuf"):
             if step.value_schema is None:
-                problems.append(f"avro sink {step.topic}: the plan has no valueSchema")
+                problems.append(f"{step.format} sink {step.topic}: the plan has no valueSchema")
             if settings.sink_schema_id is None:
-                problems.append(f"{SINK_SCHEMA_ID_ENV} is not set: the avro sink of topic {step.topic} "
-                                "writes the id the operator registered its schema under")
+                problems.append(f"{SINK_SCHEMA_ID_ENV} is not set: the {step.format} sink of topic "
+                                f"{step.topic} writes the id the operator registered its schema under")
+        elif isinstance(step, KafkaSourceV1) and step.format == "protobuf" and (
+                step.value_schema is None or step.value_schema.descriptor is None):
+            problems.append(f"protobuf source {step.source}: the plan has no valueSchema with its descriptor")
     return problems + _key_startup_problems(plan, settings)
 
 

@@ -88,7 +88,7 @@ def sink_refusal(questions: list[SinkQuestion], env: Mapping[str, str] | None = 
     client = RegistryClient(url)
     for schema, what in questions:
         try:
-            answer = client.compatibility(schema.subject, schema.schema_)
+            answer = client.compatibility(schema.subject, schema.schema_, schema.schema_type)
         except (RegistryUnavailable, RegistryRefused) as exc:
             raise CompileError([Problem(f"the schema registry at {url}: {exc}", field=_sink_field(what))]
                                ) from exc

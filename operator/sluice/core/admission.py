@@ -45,7 +45,7 @@ from sluice.core.plan.model import Plan, RegistrySchema
 from sluice.core.records import QueryRecords
 from sluice.core.replace import backfill_output_topic, state_reset_note
 from sluice.core.rollout import BACKFILL, REVERTIBLE, Step
-from sluice.core.spec import QuerySpec, UpgradePolicy
+from sluice.core.spec import REGISTRY_FORMATS, QuerySpec, UpgradePolicy
 from sluice.core.storage_review import (
     checkpoint_store,
     executor_claim_problem,
@@ -240,8 +240,8 @@ def review_query(operation: str, new: Mapping[str, Any], old: Mapping[str, Any] 
     except CompileError as exc:
         return deny(compile_message(exc))
     new_hash = plan.hash or plan.compute_hash()
-    avro_sink = "avro" in (query.sink.format, query.sink.key_format) and running_plan is not None and \
-        running_plan.text
+    avro_sink = bool({query.sink.format, query.sink.key_format} & REGISTRY_FORMATS) and \
+        running_plan is not None and running_plan.text
     running = Plan.from_json(running_plan.text) if avro_sink and running_plan and running_plan.text else None
     base = basis({"status": status}) if running is not None else None
     policy = own_policy or _cluster_policy(cluster_upgrade)

@@ -74,6 +74,10 @@ def _key_format(value: object) -> object:
     return value
 
 
+#: the value formats whose schemas live in the QueryCluster's schema registry
+REGISTRY_FORMATS = frozenset({"avro", "protobuf"})
+
+
 def key_subject_of(topic: str) -> str:
     """The TopicNameStrategy subject of a topic's record keys."""
     return f"{topic}-key"
@@ -90,20 +94,25 @@ class Source(SpecModel):
 
     name: str = Field(min_length=1, description="The name the SQL uses for this source.")
     topic: str = Field(min_length=1, description="Kafka topic to read.")
-    format: Literal["json", "avro"] = Field(
+    format: Literal["json", "avro", "protobuf"] = Field(
         default="json",
-        description="Record value format: json, or avro in the Confluent wire format with its schema in "
-        "the QueryCluster's schemaRegistry (pinned in the plan when the plan is compiled).",
+        description="Record value format: json, or avro or protobuf in the Confluent wire format with its "
+        "schema in the QueryCluster's schemaRegistry (pinned in the plan when the plan is compiled).",
     )
     subject: str | None = Field(
         default=None, min_length=1, max_length=255,
-        description="avro: the registry subject of the record value schema; absent: '<topic>-value' "
-        "(TopicNameStrategy).",
+        description="avro, protobuf: the registry subject of the record value schema; absent: "
+        "'<topic>-value' (TopicNameStrategy).",
+    )
+    message: str | None = Field(
+        default=None, min_length=1, max_length=255,
+        description="protobuf: the full name of the message the records carry (e.g. 'shop.Order'); absent: "
+        "the first message of the subject's schema, as Confluent's serializers default.",
     )
     schema_: list[Column] | None = Field(
         default=None, alias="schema", min_length=1,
-        description="Columns of the record value; required for json. avro: absent, the columns are the "
-        "fields of the subject's latest schema; given, each must be a field of it with the same type.",
+        description="Columns of the record value; required for json. avro, protobuf: absent, the columns are "
+        "the fields of the subject's latest schema; given, each must be a field of it with the same type.",
     )
     key_format: KeyFormat = Field(default="string", description=_KEY_FORMAT_HELP + " The key's columns "
                                   "(keySchema) are columns of the source beside the value's.")
@@ -150,10 +159,12 @@ class Source(SpecModel):
     @model_validator(mode="after")
     def _columns(self) -> Source:
         if self.format == "json" and self.schema_ is None:
-            raise ValueError("schema: a json source needs its columns (only an avro source takes them "
-                             "from the schema registry)")
+            raise ValueError("schema: a json source needs its columns (only an avro or protobuf source takes "
+                             "them from the schema registry)")
         if self.format == "json" and self.subject is not None:
-            raise ValueError("subject: only an avro source has a registry subject")
+            raise ValueError("subject: only an avro or protobuf source has a registry subject")
+        if self.format != "protobuf" and self.message is not None:
+            raise ValueError("message: only a protobuf source names a message")
         if self.key_format != "avro" and self.key_subject is not None:
             raise ValueError("keySubject: only an avro key (keyFormat avro) has a registry subject")
         if self.key_format == "json" and self.key_schema is None:
@@ -186,8 +197,8 @@ class Source(SpecModel):
 
     @property
     def value_subject(self) -> str | None:
-        """avro: the registry subject of the value schema (``<topic>-value`` unless given)."""
-        return None if self.format != "avro" else self.subject or topic_subject(self.topic)
+        """avro, protobuf: the registry subject of the value schema (``<topic>-value`` unless given)."""
+        return None if self.format == "json" else self.subject or topic_subject(self.topic)
 
 
 def topic_subject(topic: str) -> str:
@@ -197,14 +208,14 @@ def topic_subject(topic: str) -> str:
 
 class Sink(SpecModel):
     topic: str = Field(min_length=1, description="Kafka topic to write.")
-    format: Literal["json", "avro"] = Field(
+    format: Literal["json", "avro", "protobuf"] = Field(
         default="json",
-        description="Record value format: json, or avro in the Confluent wire format with a schema "
-        "derived from the query's output, registered under subject by the operator at rollout.",
+        description="Record value format: json, or avro or protobuf in the Confluent wire format with a "
+        "schema derived from the query's output, registered under subject by the operator at rollout.",
     )
     subject: str | None = Field(
         default=None, min_length=1, max_length=255,
-        description="avro: the registry subject the output schema is registered under; absent: "
+        description="avro, protobuf: the registry subject the output schema is registered under; absent: "
         "'<topic>-value' (TopicNameStrategy).",
     )
     key: list[str] = Field(default_factory=list, description="Output columns that form the record key.")
@@ -243,7 +254,7 @@ class Sink(SpecModel):
     @model_validator(mode="after")
     def _subject(self) -> Sink:
         if self.format == "json" and self.subject is not None:
-            raise ValueError("subject: only an avro sink has a registry subject")
+            raise ValueError("subject: only an avro or protobuf sink has a registry subject")
         if self.key_format != "avro" and self.key_subject is not None:
             raise ValueError("keySubject: only an avro key (keyFormat avro) has a registry subject")
         if self.key_format != "string" and not self.key:
@@ -261,8 +272,8 @@ class Sink(SpecModel):
 
     @property
     def value_subject(self) -> str | None:
-        """avro: the registry subject of the value schema (``<topic>-value`` unless given)."""
-        return None if self.format != "avro" else self.subject or topic_subject(self.topic)
+        """avro, protobuf: the registry subject of the value schema (``<topic>-value`` unless given)."""
+        return None if self.format == "json" else self.subject or topic_subject(self.topic)
 
 
 class Trigger(SpecModel):

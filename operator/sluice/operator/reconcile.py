@@ -51,7 +51,7 @@ from sluice.operator.schemas import (
     latest_source_schemas,
     report_source_schemas,
     sink_schema_ids,
-    uses_avro,
+    uses_registry,
     version_topics,
 )
 from sluice.operator.upgrade import pinned_context
@@ -214,7 +214,7 @@ def _with_sink_schemas(run: QueryRun, seen: Observed, retry: int) -> Observed:
     pinned = run.records.plan
     if pinned is not None and pinned.hash not in plans:
         cached = run.env.plans.get((run.ns, pinned.config_map))
-        if cached is None and uses_avro(seen.desired.plan):
+        if cached is None and uses_registry(seen.desired.plan):
             cached = load_plan(run, pinned.config_map)
         if cached is not None:
             plans[pinned.hash] = cached

@@ -1,8 +1,8 @@
 """The operator's schema registry client (Confluent-compatible API, through confluent-kafka's
-``SchemaRegistryClient``): the latest version of an avro source's subject (pinned into a new plan),
-the registration of an avro sink's schema at rollout (idempotent: the same schema has the same id),
-and the compatibility of a changed sink schema with its subject. Decisions from the answers are pure
-(``sluice.core.formats.registry``).
+``SchemaRegistryClient``): the latest version of an avro or protobuf source's subject (pinned into a
+new plan, a Protobuf schema compiled), the registration of an avro or protobuf sink's schema at
+rollout (idempotent: the same schema has the same id), and the compatibility of a changed sink
+schema with its subject. Decisions from the answers are pure (``sluice.core.formats.registry``).
 
 Failures are two kinds: :class:`RegistryUnavailable` (the registry did not answer, or answered with a
 server error: retried with back-off) and :class:`RegistryRefused` (it answered no: a subject without
@@ -20,6 +20,7 @@ from urllib.parse import quote
 from sluice.core.plan.model import RegistrySchema
 from sluice.crd.registry import SchemaRegistry
 from sluice.operator.kube import Kube
+from sluice.operator.protoc import ProtocError, descriptor_of
 
 __all__ = ["Registry", "RegistryClient", "RegistryRefused", "RegistryUnavailable", "read_registry_secrets"]
 
@@ -46,9 +47,10 @@ class Registry(Protocol):
 
     def latest(self, subject: str) -> RegistrySchema: ...
 
-    def register(self, subject: str, schema: str) -> int: ...
+    def register(self, subject: str, schema: str, schema_type: str = "AVRO") -> int: ...
 
-    def compatibility(self, subject: str, schema: str) -> Mapping[str, Any] | None: ...
+    def compatibility(self, subject: str, schema: str,
+                      schema_type: str = "AVRO") -> Mapping[str, Any] | None: ...
 
 
 @dataclass
@@ -87,30 +89,45 @@ class RegistryClient:
 
     def latest(self, subject: str) -> RegistrySchema:
         """The subject's latest version (its id, version and schema text), asked of the registry each
-        time (the client's cache of latest versions is dropped: a new plan pins what is latest now)."""
+        time (the client's cache of latest versions is dropped: a new plan pins what is latest now). A
+        Protobuf schema comes compiled (:func:`sluice.operator.protoc.compile_proto`); one with schema
+        references, or of another type than Avro and Protobuf, is refused."""
         self._client.clear_latest_caches()
         found = self._call(f"the latest version of subject {subject!r}",
                            lambda: self._client.get_latest_version(subject))
-        if (found.schema.schema_type or "AVRO") != "AVRO":
-            raise RegistryRefused(f"subject {subject!r} holds a {found.schema.schema_type} schema, not Avro",
-                                  422)
-        return RegistrySchema(subject=subject, schema_=str(found.schema.schema_str), id=int(found.schema_id),
-                              version=int(found.version))
+        schema_type = found.schema.schema_type or "AVRO"
+        text = str(found.schema.schema_str)
+        pinned = RegistrySchema(subject=subject, schema_=text, id=int(found.schema_id),
+                                version=int(found.version))
+        if schema_type == "AVRO":
+            return pinned
+        if schema_type != "PROTOBUF":
+            raise RegistryRefused(f"subject {subject!r} holds a {schema_type} schema, not Avro or "
+                                  "Protobuf", 422)
+        if found.schema.references:
+            names = ", ".join(str(r.name) for r in found.schema.references)
+            raise RegistryRefused(f"subject {subject!r} holds a Protobuf schema with references ({names}): "
+                                  "schema references are not supported yet", 422)
+        try:
+            descriptor = descriptor_of(text, subject)
+        except ProtocError as exc:
+            raise RegistryRefused(str(exc), 422) from exc
+        return pinned.model_copy(update={"schema_type": "PROTOBUF", "descriptor": descriptor})
 
-    def register(self, subject: str, schema: str) -> int:
+    def register(self, subject: str, schema: str, schema_type: str = "AVRO") -> int:
         """Register ``schema`` under ``subject`` (an existing identical version keeps its id)."""
         from confluent_kafka.schema_registry import Schema
 
         return int(self._call(f"registering the sink schema under subject {subject!r}",
-                              lambda: self._client.register_schema(subject, Schema(schema, "AVRO"))))
+                              lambda: self._client.register_schema(subject, Schema(schema, schema_type))))
 
-    def compatibility(self, subject: str, schema: str) -> Mapping[str, Any] | None:
+    def compatibility(self, subject: str, schema: str, schema_type: str = "AVRO") -> Mapping[str, Any] | None:
         """The registry's verbose answer on ``schema`` against the subject's latest version (None: the
         subject has no version yet, so anything is compatible)."""
         from confluent_kafka.schema_registry import Schema
 
         path = f"compatibility/subjects/{quote(subject, safe='')}/versions/latest?verbose=true"
-        body = Schema(schema, "AVRO").to_dict()
+        body = Schema(schema, schema_type).to_dict()
         try:
             answer = self._call(f"the compatibility of the sink schema with subject {subject!r}",
                                 lambda: self._client._rest_client.post(path, body=body))

@@ -35,7 +35,7 @@ from sluice.core.formats.registry import (
 )
 from sluice.core.plan.model import Plan, RegistrySchema
 from sluice.core.rollout import BACKFILL
-from sluice.core.spec import QuerySpec
+from sluice.core.spec import REGISTRY_FORMATS, QuerySpec
 from sluice.core.status import EventReason, Reason
 from sluice.crd.querycluster import QueryClusterSpec
 from sluice.crd.streamingquery import StreamingQuerySpec
@@ -45,12 +45,13 @@ from sluice.operator.executor import replace_output_topic
 from sluice.operator.registry import Registry, RegistryRefused, RegistryUnavailable
 
 __all__ = ["SinkSchemaIds", "check_registry", "latest_source_schemas", "report_source_schemas",
-           "sink_schema_ids", "uses_avro", "version_topics"]
+           "sink_schema_ids", "uses_registry", "version_topics"]
 
 
-def uses_avro(plan: Plan) -> bool:
-    """Whether a plan reads or writes avro (its drivers need the registry)."""
-    return any("avro" in (getattr(step, "format", "json"), getattr(step, "key_format", None))
+def uses_registry(plan: Plan) -> bool:
+    """Whether a plan reads or writes avro or protobuf (its drivers need the registry or a sink
+    schema id)."""
+    return any({getattr(step, "format", "json"), getattr(step, "key_format", None)} & REGISTRY_FORMATS
                for step in plan.steps)
 
 
@@ -156,7 +157,7 @@ def sink_schema_ids(run: QueryRun, spec: StreamingQuerySpec, cluster: QueryClust
     plan's version writes (``version_topics``): its value and key go under that topic's subjects
     (``<topic>-value``, ``<topic>-key``) unless the sink names them. Every changed schema, value and
     key, is checked before any is registered: a refusal leaves the registry as it was."""
-    avro_plans = {h: p for h, p in plans.items() if uses_avro(p)}
+    avro_plans = {h: p for h, p in plans.items() if uses_registry(p)}
     if not avro_plans:
         return SinkSchemaIds()
     if cluster.schema_registry is None:  # a plan pinned before the registry was removed: say so
@@ -174,7 +175,8 @@ def sink_schema_ids(run: QueryRun, spec: StreamingQuerySpec, cluster: QueryClust
         for w in wanted:
             try:
                 schema = w.schema
-                found = registry.register(schema.subject, schema.schema_) if schema is not None else None
+                found = (registry.register(schema.subject, schema.schema_, schema.schema_type)
+                         if schema is not None else None)
             except RegistryRefused as exc:
                 message = f"the schema registry refused {w.what.replace(' new', '')}: {exc}"
                 _problem(run, spec, Reason.SCHEMA_INCOMPATIBLE, message, {"cluster": cluster_name},
@@ -190,7 +192,7 @@ def _refuse_incompatible(run: QueryRun, spec: StreamingQuerySpec, cluster_name: 
                          schema: RegistrySchema, what: str) -> None:
     """A changed sink schema the subject's compatibility level refuses: SchemaIncompatible, nothing
     registered, until the spec changes."""
-    answer = registry.compatibility(schema.subject, schema.schema_)
+    answer = registry.compatibility(schema.subject, schema.schema_, schema.schema_type)
     refused = incompatibility(schema.subject, answer, what) if answer is not None else None
     if refused is not None:
         _problem(run, spec, Reason.SCHEMA_INCOMPATIBLE, refused, {"cluster": cluster_name},

@@ -1,6 +1,7 @@
 """kafkaSourceV1: read a topic, parse the JSON value against the declared columns, or decode the
 Avro value (Confluent wire format) with the pinned reader schema (``format: avro``, see
-:mod:`sluice_runtime.avro`).
+:mod:`sluice_runtime.avro`), or the Protobuf value with the pinned descriptor (``format: protobuf``,
+:mod:`sluice_runtime.protobuf`).
 
 Malformed records (value not JSON, not an object, or a field of the wrong type; for Avro: null, not
 in the wire format, or not decodable) are tagged and handled by the step's policy (see
@@ -12,10 +13,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
-from sluice.core.plan.model import KafkaSourceV1, Plan, RegistrySchema
+from sluice.core.plan.model import FieldSpec, KafkaSourceV1, Plan, RegistrySchema
 from sluice.core.versions import default_dead_letter_topic
 
-from sluice_runtime import avro, keys, malformed
+from sluice_runtime import avro, keys, malformed, protobuf
 from sluice_runtime.config import start_from_options
 from sluice_runtime.steps.base import BuildContext, DeadLetterRoute
 
@@ -78,6 +79,18 @@ def tag_avro(raw: DataFrame, schema: RegistrySchema, writers: Mapping[int, str])
     return df.withColumn(malformed.MALFORMED, F.when(unknown, failed).otherwise(bad))
 
 
+def tag_protobuf(raw: DataFrame, schema: RegistrySchema,
+                 columns: list[FieldSpec]) -> tuple[DataFrame, Column]:
+    """Kafka records tagged as :func:`tag_avro` tags them, decoded with the pinned descriptor
+    (:func:`sluice_runtime.protobuf.decode`), and a malformed record's reason."""
+    from pyspark.sql import functions as F
+
+    df = raw.withColumn(protobuf.DECODED, protobuf.decode(schema, columns))
+    df = df.withColumn(malformed.PARSED, F.col(f"{protobuf.DECODED}.value"))
+    return (df.withColumn(malformed.MALFORMED, ~F.col(f"{protobuf.DECODED}.ok")),
+            F.col(f"{protobuf.DECODED}.reason"))
+
+
 def tag(step: KafkaSourceV1, raw: DataFrame, ctx: BuildContext) -> tuple[DataFrame, Column | None]:
     """The records tagged by their format (``_sluice_parsed``, ``_sluice_malformed``), and a
     malformed record's own reason when the format gives one (Avro); with a key read
@@ -101,6 +114,11 @@ def _tag_value(step: KafkaSourceV1, raw: DataFrame, ctx: BuildContext) -> tuple[
             raise avro.AvroConfigError(f"source {step.source}: format avro without a valueSchema in the plan")
         tagged = tag_avro(raw, step.value_schema, ctx.avro.writer_schemas(step.value_schema))
         return tagged, avro.reason(step.value_schema.subject, step.value_schema)
+    if step.format == "protobuf":
+        if step.value_schema is None:
+            raise protobuf.ProtobufConfigError(
+                f"source {step.source}: format protobuf without a valueSchema in the plan")
+        return tag_protobuf(raw, step.value_schema, step.columns)
     return malformed.parse(raw, step.columns), None
 
 
@@ -125,7 +143,7 @@ def build(step: KafkaSourceV1, inputs: list[DataFrame], ctx: BuildContext) -> Da
             cols.append(keys.column(step, good, f.name))
         elif f.name in declared:
             value = good[f"{malformed.PARSED}.`{f.name}`"]
-            if step.format == "avro":  # the plan's type: from_avro's own for what the compiler maps (a no-op)
+            if step.format != "json":  # the plan's type: the decoder's own for what the compiler maps
                 value = value.cast(declared[f.name])
             cols.append(value.alias(f.name))
         else:  # Kafka metadata columns (key, topic, partition, offset, timestamp)

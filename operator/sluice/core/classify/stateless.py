@@ -197,6 +197,12 @@ _READER_SCHEMA = _Meaning(
     f"writer lacks take their defaults; column changes are reported separately). {IN_PLACE_ROWS}",
 )
 
+_PROTOBUF_READER_SCHEMA = _Meaning(
+    "data-selection",
+    f"; records are read with the new descriptor from now on (Protobuf's rules: fields by number, fields "
+    f"the writer lacks at their defaults; column changes are reported separately). {IN_PLACE_ROWS}",
+)
+
 
 def _pinned(schema: Any) -> str | None:
     """A pinned registry schema, briefly: ``'orders-value' version 3 (id 7)``."""
@@ -206,12 +212,13 @@ def _pinned(schema: Any) -> str | None:
 
 
 def _reader_schema(ctx: Ctx, old: Any, new: Any) -> set[str]:
-    """An avro source's pinned reader schema (a format change stays unhandled: topology)."""
-    if old.format != "avro" or new.format != "avro":
+    """An avro or protobuf source's pinned reader schema (a format change stays unhandled: topology)."""
+    if old.format != new.format or old.format not in ("avro", "protobuf"):
         return set()
     if old.value_schema != new.value_schema:
+        meaning = _READER_SCHEMA if new.format == "avro" else _PROTOBUF_READER_SCHEMA
         _compare(ctx, new.id, "valueSchema", _pinned(old.value_schema), _pinned(new.value_schema),
-                 "reader schema", _READER_SCHEMA)
+                 "reader schema", meaning)
     return {"value_schema"}
 
 
@@ -340,7 +347,8 @@ def _sink(ctx: Ctx, old: Any, new: Any) -> set[str]:
     _compare(ctx, new.id, "trigger.processingTime", old.trigger.processing_time,
              new.trigger.processing_time, "trigger interval", _TRIGGER)
     handled = {"topic", "key", "output_mode", "delivery", "trigger"} | _key_format(ctx, old, new)
-    if old.format == new.format == "avro" and old.value_schema and new.value_schema:
+    if old.format == new.format and old.format in ("avro", "protobuf") and old.value_schema \
+            and new.value_schema:
         # the schema is derived from the output schema, which is judged on its own; its subject is not
         _compare(ctx, new.id, "valueSchema.subject", old.value_schema.subject, new.value_schema.subject,
                  "schema registry subject", _SINK_SUBJECT)

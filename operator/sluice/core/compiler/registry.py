@@ -1,4 +1,4 @@
-"""Avro sources and sinks in the compiler (issue 30): the registry's schemas pinned into the plan.
+"""Avro and Protobuf sources and sinks in the compiler (issue 30): registry schemas pinned into the plan.
 
 The compiler does no I/O: the operator fetches each avro source subject's latest version before it
 compiles a new plan and passes them in (``CompileTarget.schemas``, by subject). A source's columns are
@@ -7,6 +7,12 @@ must declare a subset of the fields, each with the field's type (names compared 
 SQL does): the plan keeps the declared columns, and the runtime reads records with the whole schema
 and selects them. A sink's schema is derived from the output schema (``sluice.core.formats.avro_out``)
 and pinned by content; its id is the registry's answer when the operator registers it at rollout.
+
+Protobuf is the same with a compiled schema: the operator compiles the subject's ``.proto`` text
+with ``protoc`` when it fetches it (:mod:`sluice.operator.protoc`), and the pinned schema carries the
+descriptor and the full name of the message read (the source's ``message``, else the schema's first);
+a protobuf sink's message and descriptor are derived from the output schema
+(``sluice.core.formats.protobuf_out``).
 """
 
 from __future__ import annotations
@@ -15,7 +21,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from sluice.core.errors import Problem
-from sluice.core.formats import avro, avro_out
+from sluice.core.formats import avro, avro_out, protobuf, protobuf_out
 from sluice.core.plan.model import FieldSpec, KafkaSourceV1, Plan, RegistrySchema
 from sluice.core.spec import Column, QuerySpec, Source
 from sluice.core.types import TypeParseError, normalize_type
@@ -77,17 +83,40 @@ def _declared_problems(source: Source, fields: list[FieldSpec], schema: Registry
     return problems
 
 
-def _resolve(source: Source, schema: RegistrySchema, where: str) -> tuple[Source, list[Problem]]:
+def _fields(source: Source, schema: RegistrySchema, where: str
+            ) -> tuple[RegistrySchema, list[FieldSpec] | None, list[Problem]]:
+    """The value columns of a source's registry schema (avro: the record's fields; protobuf: the
+    message's, which the pinned schema names), or the problem."""
+    if source.format == "protobuf" or schema.schema_type == "PROTOBUF":
+        if source.format != "protobuf" or schema.schema_type != "PROTOBUF" or schema.descriptor is None:
+            return schema, None, [Problem(
+                f"source '{source.name}' has format {source.format}, but {_describe(schema)} holds a "
+                f"{schema.schema_type} schema", field=f"{where}.format")]
+        try:
+            found = protobuf.message(schema.descriptor, source.message)
+            fields = protobuf.columns(schema.descriptor, found.full_name)
+        except protobuf.ProtobufTypeError as exc:
+            at = "message" if source.message is not None and "has no message" in exc.reason else "format"
+            return schema, None, [Problem(f"source '{source.name}': the schema of {_describe(schema)} has no "
+                                          f"Spark type: {exc}", field=f"{where}.{at}")]
+        return schema.model_copy(update={"message": found.full_name}), fields, []
     try:
-        fields = avro.columns(avro.parse(schema.schema_))
+        return schema, avro.columns(avro.parse(schema.schema_)), []
     except avro.AvroTypeError as exc:
-        return source, [Problem(f"source '{source.name}': the schema of {_describe(schema)} has no Spark "
-                                f"type: {exc}", field=f"{where}.format")]
+        return schema, None, [Problem(f"source '{source.name}': the schema of {_describe(schema)} has no "
+                                      f"Spark type: {exc}", field=f"{where}.format")]
+
+
+def _resolve(source: Source, schema: RegistrySchema, where: str
+             ) -> tuple[Source, RegistrySchema, list[Problem]]:
+    schema, fields, problems = _fields(source, schema, where)
+    if fields is None:
+        return source, schema, problems
     if source.schema_ is not None:
         problems = _declared_problems(source, fields, schema, where)
-        return source, problems  # the declared columns (checked as any source's)
+        return source, schema, problems  # the declared columns (checked as any source's)
     columns = [Column(name=f.name, type=f.type) for f in fields]
-    return source.model_copy(update={"schema_": columns}), []
+    return source.model_copy(update={"schema_": columns}), schema, []
 
 
 def _resolve_key(source: Source, schema: RegistrySchema, where: str) -> tuple[Source, list[Problem]]:
@@ -129,8 +158,9 @@ def resolve_keys(spec: QuerySpec, schemas: Mapping[str, RegistrySchema]) -> Reso
 
 
 def resolve_sources(spec: QuerySpec, schemas: Mapping[str, RegistrySchema]) -> Resolved:
-    """``spec`` with the columns of its avro sources resolved from ``schemas`` (by subject)."""
-    if not any(s.format == "avro" for s in spec.sources):
+    """``spec`` with the columns of its avro and protobuf sources resolved from ``schemas`` (by
+    subject); a protobuf source's pinned schema names its message."""
+    if all(s.format == "json" for s in spec.sources):
         return Resolved(spec, {}, [])
     sources: list[Source] = []
     pinned: dict[str, RegistrySchema] = {}
@@ -148,10 +178,10 @@ def resolve_sources(spec: QuerySpec, schemas: Mapping[str, RegistrySchema]) -> R
                 "registry (the operator resolves it when it compiles a new plan)", field=f"{where}.format"))
             sources.append(source)
             continue
-        resolved, found = _resolve(source, schema.model_copy(update={"subject": subject}), where)
+        resolved, schema, found = _resolve(source, schema.model_copy(update={"subject": subject}), where)
         problems += found
         sources.append(resolved)
-        pinned[source.name.lower()] = schema.model_copy(update={"subject": subject})
+        pinned[source.name.lower()] = schema
     new_spec = spec.model_copy(update={"sources": sources})
     if problems:  # columns still missing: report what is known, the columns stay unchecked
         return Resolved(spec, pinned, problems)
@@ -159,10 +189,18 @@ def resolve_sources(spec: QuerySpec, schemas: Mapping[str, RegistrySchema]) -> R
 
 
 def sink_schema(spec: QuerySpec, out: list[FieldSpec]) -> tuple[RegistrySchema | None, list[Problem]]:
-    """An avro sink's schema, derived from the output columns ``out`` (None for json)."""
+    """An avro or protobuf sink's schema, derived from the output columns ``out`` (None for json)."""
     subject = spec.sink.value_subject
     if subject is None:
         return None, []
+    if spec.sink.format == "protobuf":
+        try:
+            proto = protobuf_out.schema_of(out, spec.sink.topic)
+        except protobuf.ProtobufTypeError as exc:
+            return None, [Problem(f"the output has no Protobuf schema for sink topic '{spec.sink.topic}': "
+                                  f"{exc}", field="spec.sink.format")]
+        return RegistrySchema(subject=subject, schema_type="PROTOBUF", schema_=proto.text,
+                              descriptor=proto.descriptor, message=proto.message), []
     try:
         schema = avro_out.schema_of(out, spec.sink.topic)
     except avro.AvroTypeError as exc:

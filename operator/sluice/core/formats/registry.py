@@ -16,7 +16,7 @@ from sluice.core.naming import QueryIdentity
 from sluice.core.plan.model import Plan, RegistrySchema
 from sluice.core.records import StatusModel
 from sluice.core.replace import backfill_output_topic
-from sluice.core.spec import QuerySpec, UpgradePolicy, key_subject_of, topic_subject
+from sluice.core.spec import REGISTRY_FORMATS, QuerySpec, UpgradePolicy, key_subject_of, topic_subject
 
 __all__ = ["NEW_KEY_SCHEMA", "NEW_VALUE_SCHEMA", "SinkCheck", "SinkQuestion", "SourceSchemaStatus",
            "admission_registry_check", "backfill_topic", "changed_sink_schema", "describe_behind",
@@ -26,17 +26,19 @@ __all__ = ["NEW_KEY_SCHEMA", "NEW_VALUE_SCHEMA", "SinkCheck", "SinkQuestion", "S
 
 
 def registry_problems(query: QuerySpec, cluster_name: str, has_registry: bool) -> list[Problem]:
-    """An avro source or sink needs the QueryCluster's ``spec.schemaRegistry``."""
+    """An avro or protobuf source or sink needs the QueryCluster's ``spec.schemaRegistry``."""
     if has_registry:
         return []
     why = f"needs a schema registry: QueryCluster {cluster_name!r} has no spec.schemaRegistry"
-    problems = [Problem(f"source '{s.name}' has format avro and {why}", field=f"spec.sources[{i}].format")
-                for i, s in enumerate(query.sources) if s.format == "avro"]
+    problems = [Problem(f"source '{s.name}' has format {s.format} and {why}",
+                        field=f"spec.sources[{i}].format")
+                for i, s in enumerate(query.sources) if s.format in REGISTRY_FORMATS]
     problems += [Problem(f"source '{s.name}' has keyFormat avro and {why}",
                          field=f"spec.sources[{i}].keyFormat")
                  for i, s in enumerate(query.sources) if s.key_format == "avro"]
-    if query.sink.format == "avro":
-        problems.append(Problem(f"the sink has format avro and {why}", field="spec.sink.format"))
+    if query.sink.format in REGISTRY_FORMATS:
+        problems.append(Problem(f"the sink has format {query.sink.format} and {why}",
+                                field="spec.sink.format"))
     if query.sink.key_format == "avro":
         problems.append(Problem(f"the sink has keyFormat avro and {why}", field="spec.sink.keyFormat"))
     return problems
@@ -86,7 +88,8 @@ def sink_questions(query: QuerySpec, plan: Plan, running: Plan | None, topic: st
     for key, what, fmt in ((False, NEW_VALUE_SCHEMA, query.sink.format),
                            (True, NEW_KEY_SCHEMA, query.sink.key_format)):
         schema = versioned_sink_schema(plan, topic, key=key)
-        if fmt == "avro" and schema is not None and changed_sink_schema(plan, running, key=key) is not None:
+        changed = changed_sink_schema(plan, running, key=key) is not None
+        if fmt in REGISTRY_FORMATS and schema is not None and changed:
             out.append((schema, what))
     return out
 

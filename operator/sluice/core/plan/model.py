@@ -63,8 +63,15 @@ class RegistrySchema(PlanModel):
     rollout, not part of the plan). A subject gaining versions never changes a pinned plan."""
 
     subject: str = Field(description="Subject name, e.g. 'orders-value' (TopicNameStrategy).")
-    schema_type: Literal["AVRO"] = Field(default="AVRO", description="The registry's schema type.")
-    schema_: str = Field(alias="schema", description="The schema's text (Avro JSON, canonical form).")
+    schema_type: Literal["AVRO", "PROTOBUF"] = Field(default="AVRO",
+                                                     description="The registry's schema type.")
+    schema_: str = Field(alias="schema", description="The schema's text (Avro JSON, canonical form; "
+                         "Protobuf: the .proto text).")
+    descriptor: str | None = Field(
+        default=None, description="PROTOBUF: the schema compiled by protoc, a FileDescriptorSet (base64) "
+        "with its imports, dependencies first: what the runtime decodes and encodes with.")
+    message: str | None = Field(
+        default=None, description="PROTOBUF: the full name of the message the records carry.")
     id: int | None = Field(default=None, description="A source's pinned schema id in the registry.")
     version: int | None = Field(default=None, description="A source's pinned subject version.")
 
@@ -85,11 +92,13 @@ class KafkaSourceV1(StepBase):
     type: Literal["kafkaSourceV1"] = "kafkaSourceV1"
     source: str = Field(description="Source name as the SQL refers to it.")
     topic: str
-    format: Literal["json", "avro"] = Field(
+    format: Literal["json", "avro", "protobuf"] = Field(
         default="json", description="Record value format: json, or avro in the Confluent wire format "
-        "(magic byte, schema id, Avro binary) read with the pinned reader schema (valueSchema).")
+        "(magic byte, schema id, Avro binary) read with the pinned reader schema (valueSchema), or "
+        "protobuf in the Confluent wire format (magic byte, schema id, message indexes, Protobuf binary) "
+        "read with the pinned descriptor (valueSchema).")
     value_schema: RegistrySchema | None = Field(
-        default=None, description="avro: the reader schema pinned from the registry.")
+        default=None, description="avro, protobuf: the reader schema pinned from the registry.")
     columns: list[FieldSpec] = Field(description="Declared record value columns.")
     key_format: KeyFormat | None = Field(
         default=None, description="Record key format when the key's columns (keyColumns) are read: string, "
@@ -202,11 +211,11 @@ class TriggerSpec(PlanModel):
 class KafkaSinkV1(StepBase):
     type: Literal["kafkaSinkV1"] = "kafkaSinkV1"
     topic: str
-    format: Literal["json", "avro"] = Field(
-        default="json", description="Record value format: json, or avro in the Confluent wire format "
-        "with the schema valueSchema, registered under its subject by the operator at rollout.")
+    format: Literal["json", "avro", "protobuf"] = Field(
+        default="json", description="Record value format: json, or avro or protobuf in the Confluent wire "
+        "format with the schema valueSchema, registered under its subject by the operator at rollout.")
     value_schema: RegistrySchema | None = Field(
-        default=None, description="avro: the schema written, derived from the output schema.")
+        default=None, description="avro, protobuf: the schema written, derived from the output schema.")
     key: list[str] = Field(default_factory=list)
     key_format: KeyFormat | None = Field(
         default=None, description="Record key format: json (an object of the key columns), avro (a record "

@@ -37,6 +37,7 @@ from sluice.core.compiler import source_subjects
 from sluice.core.formats.registry import SinkCheck, incompatibility
 from sluice.core.naming import PLAN_FILE
 from sluice.core.plan.model import RegistrySchema
+from sluice.core.spec import REGISTRY_FORMATS
 from sluice.crd.querycluster import QueryClusterSpec
 from sluice.crd.streamingquery import StreamingQuerySpec
 from sluice.operator.handlers._kopf import as_dict, env
@@ -105,8 +106,8 @@ def _registry_inputs(ns: str, new: dict[str, Any], cluster_spec: dict[str, Any] 
         settings = QueryClusterSpec.model_validate(cluster_spec).schema_registry if cluster_spec else None
     except ValidationError:
         return None, None, None  # the review refuses the spec, or the operator reports the cluster
-    if settings is None or (not source_subjects(query) and "avro" not in (query.sink.format,
-                                                                          query.sink.key_format)):
+    if settings is None or (not source_subjects(query) and not {query.sink.format, query.sink.key_format}
+                            & REGISTRY_FORMATS):
         return None, None, None
     try:
         registry = env().registry(ns, settings, timeout=REGISTRY_TIMEOUT)
@@ -116,7 +117,7 @@ def _registry_inputs(ns: str, new: dict[str, Any], cluster_spec: dict[str, Any] 
 
     def sink_check(schema: RegistrySchema, what: str) -> str | None:
         try:
-            answer = registry.compatibility(schema.subject, schema.schema_)
+            answer = registry.compatibility(schema.subject, schema.schema_, schema.schema_type)
         except (RegistryUnavailable, RegistryRefused) as exc:
             log.warning("admission: the compatibility of %s not checked: %s", schema.subject, exc)
             return None  # the operator checks it again before it registers the schema

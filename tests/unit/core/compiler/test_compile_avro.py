@@ -145,7 +145,7 @@ def test_a_json_source_needs_its_columns_and_has_no_subject() -> None:
     with pytest.raises(ValidationError, match="a json source needs its columns"):
         QuerySpec.model_validate({"sources": [{"name": "o", "topic": "o"}], "sql": "SELECT 1",
                                   "sink": {"topic": "x"}})
-    with pytest.raises(ValidationError, match="only an avro sink"):
+    with pytest.raises(ValidationError, match="only an avro or protobuf sink"):
         QuerySpec.model_validate({"sources": [JSON_SOURCE], "sql": "SELECT a FROM o",
                                   "sink": {"topic": "x", "subject": "s"}})
 
