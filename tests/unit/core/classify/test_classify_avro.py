@@ -59,3 +59,30 @@ def test_a_source_format_change_stays_a_topology_change() -> None:
     decision = classify(json_plan, plan())
     assert decision.category == "topology"
     assert "format" in {c.field for c in decision.changes}
+
+
+PROTO_V1 = ('syntax = "proto3";\npackage shop;\n'
+            "message Order { string customer = 1; double amount = 2; }\n")
+PROTO_V2 = PROTO_V1.replace("double amount = 2;", "double amount = 2; string coupon = 3;")
+
+
+def proto_plan(text: str, version: int, sql: str = SQL) -> Plan:
+    from sluice.operator.protoc import compile_proto
+
+    spec = QuerySpec.model_validate({
+        "sources": [{"name": "orders", "topic": "orders", "format": "protobuf"}], "sql": sql,
+        "sink": {"topic": "out", "format": "protobuf", "key": ["customer"], "outputMode": "update"}})
+    pinned = RegistrySchema(subject="orders-value", schema_type="PROTOBUF", schema_=text,
+                            descriptor=compile_proto(text, "orders-value"), id=version + 10, version=version)
+    return compile_query(spec, CompileTarget(schemas={"orders-value": pinned}))
+
+
+def test_protobuf_a_later_reader_schema_is_data_selection_in_place_and_the_sink_follows_the_output() -> None:
+    decision = classify(proto_plan(PROTO_V1, 1), proto_plan(PROTO_V2, 2))
+    assert (decision.category, decision.decision) == ("data-selection", "in-place")
+    [reader] = [c for c in decision.changes if c.field == "valueSchema"]
+    assert "read with the new descriptor" in reader.message and "version 2 (id 12)" in reader.message
+    rows = "SELECT customer, amount FROM orders"
+    widened = "SELECT customer, amount, amount * 2 AS twice FROM orders"
+    decision = classify(proto_plan(PROTO_V1, 1, rows), proto_plan(PROTO_V1, 1, widened))
+    assert not any(c.field.startswith("valueSchema") for c in decision.changes)
