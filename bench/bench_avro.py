@@ -8,14 +8,17 @@ warm-up of each side:
 (b) the same query written by hand in PySpark: strip the 5 header bytes, ``from_avro`` with the one
     schema, ``to_avro`` behind a fixed header (the "usual home-made trick" of issue 30);
 (c) with ``--json-pairs N``: the plan-built pipeline on the same records as JSON in and out, against
-    (a).
+    (a);
+(d) with ``--protobuf-pairs N``: the plan-built pipeline on the same records as Protobuf in and out
+    (the schema registered as ``.proto`` text, pinned by the operator's registry client, decoded and
+    encoded in Python UDFs: ``sluice_runtime.protobuf``), against the JSON pipeline of (c).
 
 Each side reads the whole topic once (available-now); the ratio is ``b seconds / a seconds``
 (plan-built throughput over hand-written; the issue's target: Sluice within 10 %, at least 0.90).
 It starts its own Kafka broker and schema registry (``sluice_dev.platform``) in a temporary state
 directory and uses the cached connector jars (spark-avro among them).
 
-    python bench/bench_avro.py [--records 500000] [--pairs 3] [--json-pairs 3]
+    python bench/bench_avro.py [--records 500000] [--pairs 3] [--json-pairs 3] [--protobuf-pairs 0]
 """
 
 from __future__ import annotations
@@ -46,10 +49,21 @@ ORDER = {"type": "record", "name": "Order", "namespace": "bench", "fields": [
     {"name": "ts", "type": {"type": "long", "logicalType": "timestamp-millis"}},
 ]}
 BASE_MILLIS = 1767261600_000  # 2026-01-01T10:00:00Z
+ORDER_PROTO = """\
+syntax = "proto3";
+package bench;
+import "google/protobuf/timestamp.proto";
+message Order {
+  string order_id = 1;
+  string customer = 2;
+  double amount = 3;
+  google.protobuf.Timestamp ts = 4;
+}
+"""
 
 
 def spec(topic: str, out: str, fmt: str) -> str:
-    schema = "" if fmt == "avro" else """
+    schema = "" if fmt != "json" else """
       schema:
         - {name: order_id, type: string}
         - {name: customer, type: string}
@@ -112,6 +126,21 @@ def avro_encoder(schema_id: int) -> Any:
     return encode
 
 
+def protobuf_encoder(descriptor: str, schema_id: int) -> Any:
+    from google.protobuf import message_factory
+    from sluice.core.formats import protobuf as core
+
+    cls = message_factory.GetMessageClass(core.message(descriptor, "bench.Order"))
+    header = struct.pack(">bI", 0, schema_id) + b"\x00"  # message indexes [0]
+
+    def encode(record: dict[str, Any]) -> bytes:
+        message = cls(order_id=record["order_id"], customer=record["customer"], amount=record["amount"])
+        message.ts.FromMilliseconds(record["ts"])
+        return header + message.SerializeToString()
+
+    return encode
+
+
 def json_encode(record: dict[str, Any]) -> bytes:
     ts = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(record["ts"] // 1000))
     return json.dumps({**record, "ts": ts}).encode()
@@ -160,6 +189,8 @@ def main() -> int:
     parser.add_argument("--records", type=int, default=500_000, help="records in each topic")
     parser.add_argument("--pairs", type=int, default=3, help="plan/hand pairs (avro), run ABAB...")
     parser.add_argument("--json-pairs", type=int, default=3, help="avro/json pairs (both plan-built)")
+    parser.add_argument("--protobuf-pairs", type=int, default=0,
+                        help="protobuf/json pairs (both plan-built; needs --json-pairs > 0)")
     args = parser.parse_args()
 
     from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
@@ -212,6 +243,27 @@ def main() -> int:
 
             as_json()
             results["avro_vs_json"] = interleaved("avro", plan, "json", as_json, args.json_pairs)
+            if args.protobuf_pairs > 0:
+                from sluice.operator.registry import RegistryClient
+
+                registry = RegistryClient(url)
+                proto_topic = f"{topic}-protobuf"
+                proto_id = registry.register(f"{proto_topic}-value", ORDER_PROTO, "PROTOBUF")
+                pinned = registry.latest(f"{proto_topic}-value")  # as the operator pins it
+                assert pinned.descriptor is not None
+                results["fill_seconds_protobuf"] = round(fill(
+                    bootstrap, proto_topic, args.records, protobuf_encoder(pinned.descriptor, proto_id)), 1)
+                proto_plan = build_plan(proto_topic, f"{proto_topic}-out", "protobuf", pinned)
+                sink = proto_plan.sink.value_schema
+                proto_settings = AvroSettings(sink_schema_id=registry.register(sink.subject, sink.schema_,
+                                                                               sink.schema_type))
+
+                def as_protobuf() -> float:
+                    return run_plan(spark, proto_plan, bootstrap, work, proto_settings)
+
+                as_protobuf()
+                results["protobuf_vs_json"] = interleaved("protobuf", as_protobuf, "json", as_json,
+                                                          args.protobuf_pairs)
         spark.stop()
         results["load_average_after"] = os.getloadavg()
     finally:
