@@ -7,7 +7,9 @@ as it is), registers its sink schema at rollout and hands the id to the drivers
 incompatible sink change, value or key, is refused with the registry's reason before anything is
 registered or rolls, by the reconcile and by the admission webhook; a replace with backfill registers
 value and key under the versioned topic's subjects (``<topic>-v2-value``, ``<topic>-v2-key``); a
-registry that does not answer is a RegistryUnreachable condition and a retry.
+registry that does not answer is a RegistryUnreachable condition and a retry. A protobuf query pins
+its source subject compiled (descriptor and message), registers its sink schema as ``.proto`` text
+and is refused an incompatible sink change under the registry's Protobuf rules.
 """
 
 from __future__ import annotations
@@ -512,3 +514,43 @@ def test_a_replace_with_backfill_registers_the_avro_key_under_the_versioned_topi
     assert env["SLUICE_SINK_KEY_SCHEMA_ID"] == str(key.schema_id)
     assert env["SLUICE_SINK_SCHEMA_ID"] == str(value.schema_id)
     assert env["SLUICE_OUTPUT_TOPIC"] == versioned
+
+
+ORDER_PROTO = ('syntax = "proto3";\npackage shop;\n'
+               "message Order { string order_id = 1; string customer = 2; double amount = 3; }\n")
+
+
+def test_a_protobuf_query_pins_the_compiled_schema_registers_its_sink_and_refuses_an_incompatible_change(
+        world: World, schema_registry: Registry) -> None:
+    from sluice.core.formats import protobuf
+
+    w = world
+    w.edit_cluster(schemaRegistry={"url": schema_registry.url})
+    subject = f"orders-{w.ns}-value"
+    source_id = client(schema_registry).register_schema(subject, Schema(ORDER_PROTO, "PROTOBUF"))
+    spec = avro_spec(w)
+    spec["sources"][0]["format"] = "protobuf"
+    spec["sink"]["format"] = "protobuf"
+    w.add_query(**spec)
+    reconcile_query(w.env, w.current())
+    reconcile_query(w.env, w.current())
+    plan = pinned_plan(w)
+    pinned = pinned_source(plan)
+    assert (pinned.schema_type, pinned.id, pinned.message) == ("PROTOBUF", source_id, "shop.Order")
+    assert pinned.descriptor is not None
+    assert [c.name for c in protobuf.columns(pinned.descriptor)] == ["order_id", "customer", "amount"]
+    sink = plan.sink.value_schema
+    assert sink is not None and sink.schema_type == "PROTOBUF"
+    registered = client(schema_registry).get_latest_version(f"{w.topic}-value")
+    assert registered.schema.schema_type == "PROTOBUF" and registered.schema.schema_str == sink.schema_
+    assert driver_env(w)["SLUICE_SINK_SCHEMA_ID"] == str(registered.schema_id)
+
+    # total: double -> string changes a field's type: the registry's Protobuf rules refuse it
+    running = w.status()["plan"]["hash"]
+    incompatible = SQL.replace("sum(amount) AS total", "cast(sum(amount) AS string) AS total")
+    with pytest.raises(Stop) as stopped:
+        reconcile_query(w.env, w.edit(sql=incompatible))
+    assert str(stopped.value).startswith(f"the sink's new Protobuf schema is incompatible with subject "
+                                         f"'{w.topic}-value'")
+    assert w.status()["plan"]["hash"] == running and "rollout" not in w.status()
+    assert client(schema_registry).get_versions(f"{w.topic}-value") == [1]  # nothing registered

@@ -18,11 +18,29 @@ from sluice.core.records import StatusModel
 from sluice.core.replace import backfill_output_topic
 from sluice.core.spec import REGISTRY_FORMATS, QuerySpec, UpgradePolicy, key_subject_of, topic_subject
 
-__all__ = ["NEW_KEY_SCHEMA", "NEW_VALUE_SCHEMA", "SinkCheck", "SinkQuestion", "SourceSchemaStatus",
-           "admission_registry_check", "backfill_topic", "changed_sink_schema", "describe_behind",
-           "incompatibility", "newly_behind", "refused_upgrade", "registry_problems", "sink_questions",
-           "source_schema_report", "upgrade_sink_questions", "versioned_key_subject", "versioned_sink_schema",
-           "versioned_subject"]
+__all__ = [
+    "NEW_KEY_SCHEMA",
+    "NEW_PROTOBUF_SCHEMA",
+    "NEW_VALUE_SCHEMA",
+    "SinkCheck",
+    "SinkQuestion",
+    "SourceSchemaStatus",
+    "admission_registry_check",
+    "backfill_topic",
+    "changed_sink_schema",
+    "describe_behind",
+    "incompatibility",
+    "new_value_schema",
+    "newly_behind",
+    "refused_upgrade",
+    "registry_problems",
+    "sink_questions",
+    "source_schema_report",
+    "upgrade_sink_questions",
+    "versioned_key_subject",
+    "versioned_sink_schema",
+    "versioned_subject",
+]
 
 
 def registry_problems(query: QuerySpec, cluster_name: str, has_registry: bool) -> list[Problem]:
@@ -46,6 +64,15 @@ def registry_problems(query: QuerySpec, cluster_name: str, has_registry: bool) -
 
 #: what a refusal names: the sink's value schema, or its key schema (``keyFormat: avro``)
 NEW_VALUE_SCHEMA, NEW_KEY_SCHEMA = "the sink's new Avro schema", "the sink's new Avro key schema"
+NEW_PROTOBUF_SCHEMA = "the sink's new Protobuf schema"
+
+
+def new_value_schema(schema: RegistrySchema | None) -> str:
+    """What a refusal of a sink's value schema names it: its type's words."""
+    protobuf = schema is not None and schema.schema_type == "PROTOBUF"
+    return NEW_PROTOBUF_SCHEMA if protobuf else NEW_VALUE_SCHEMA
+
+
 #: the registry's refusal (None: accepted or not asked) of an avro sink schema, named as the second argument
 SinkCheck = Callable[[RegistrySchema, str], "str | None"]
 
@@ -85,7 +112,7 @@ def sink_questions(query: QuerySpec, plan: Plan, running: Plan | None, topic: st
     writes ``topic`` (:func:`backfill_topic`, :func:`versioned_sink_schema`; None: the plan's own
     subjects); each only when it changed from ``running``'s (:func:`changed_sink_schema`)."""
     out: list[SinkQuestion] = []
-    for key, what, fmt in ((False, NEW_VALUE_SCHEMA, query.sink.format),
+    for key, what, fmt in ((False, new_value_schema(plan.sink.value_schema), query.sink.format),
                            (True, NEW_KEY_SCHEMA, query.sink.key_format)):
         schema = versioned_sink_schema(plan, topic, key=key)
         changed = changed_sink_schema(plan, running, key=key) is not None
