@@ -143,17 +143,17 @@ def to_row(message: Message, descriptor: Descriptor) -> tuple[Any, ...]:
 
 def decoder(descriptor: str, name: str, columns: list[FieldSpec]) -> Any:
     """The function of one record value: ``(ok, reason, row of the columns)``."""
-    indexes_wanted: list[int] | None = None
+    from google.protobuf.message import DecodeError
+
+    built: list[Any] = []  # once per worker: the class, the indexes, the columns' fields
 
     def decode(value: bytes | None) -> tuple[bool, str | None, tuple[Any, ...] | None]:
-        nonlocal indexes_wanted
-        from google.protobuf.message import DecodeError
-
-        cls = message_class(descriptor, name)
-        fields = cls.DESCRIPTOR.fields_by_name
-        by_lower = {f.lower(): fields[f] for f in fields}
-        if indexes_wanted is None:
-            indexes_wanted = core.message_indexes(cls.DESCRIPTOR)
+        if not built:
+            cls = message_class(descriptor, name)
+            by_lower = {f.name.lower(): f for f in cls.DESCRIPTOR.fields}
+            fields = [by_lower[c.name.lower()] for c in columns]
+            built.extend([cls, core.message_indexes(cls.DESCRIPTOR), fields])
+        cls, indexes_wanted, fields = built
         if value is None:
             return False, "record value is null", None
         try:
@@ -169,7 +169,7 @@ def decoder(descriptor: str, name: str, columns: list[FieldSpec]) -> Any:
         except DecodeError as exc:
             return False, (f"record value does not decode as Protobuf message {name} (schema id "
                            f"{schema_id}): {exc}"), None
-        return True, None, tuple(_field_value(message, by_lower[c.name.lower()]) for c in columns)
+        return True, None, tuple(_field_value(message, f) for f in fields)
 
     return decode
 
