@@ -201,6 +201,8 @@ def main() -> int:
     from sluice_runtime.avro import AvroSettings, Registry
     from sluice_runtime.session import create_spark
 
+    # the Python workers of the Protobuf UDFs run this interpreter (its packages), as the image's do
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     state = Path(tempfile.mkdtemp(prefix="sluice-bench-avro-"))
     kafka_component.provision()
     bootstrap = kafka_component.start(state).env["SLUICE_KAFKA_BOOTSTRAP"]
