@@ -301,8 +301,11 @@ class Runtime:
             os.killpg(self.proc.pid, signal.SIGKILL)
             pytest.fail(f"runtime did not exit in {timeout}s; log:\n{self.tail()}")
 
+    def text(self) -> str:
+        return self.log.read_text(errors="replace")
+
     def tail(self) -> str:
-        return self.log.read_text(errors="replace")[-6000:]
+        return self.text()[-6000:]
 
 
 def _orders(start: int, count: int) -> list[dict[str, Any]]:
@@ -341,7 +344,9 @@ def test_a_runtime_on_an_s3a_checkpoint_drains_and_resumes_exactly_once_with_its
         pytest.fail(f"no commits in the store after 240s; log:\n{first.tail()}")
     first.proc.send_signal(signal.SIGTERM)
     assert first.wait() == 0, first.tail()
-    assert "drain" in first.tail()
+    # the whole log: on a slow machine the shutdown's own noise (an S3 client's stack trace) can
+    # push the drain's lines out of the tail
+    assert "drain" in first.text(), first.tail()
     keys = set(objectstore.client.keys(objectstore.bucket, f"{prefix}/"))
     commits = sorted(int(k.rpartition("/")[2]) for k in keys
                      if k.startswith(f"{prefix}/commits/") and k.rpartition("/")[2].isdigit())
