@@ -328,6 +328,7 @@ def startup_problems(plan: Plan, settings: AvroSettings) -> list[str]:
     ``SLUICE_SINK_SCHEMA_ID``, an avro source without ``SLUICE_SCHEMA_REGISTRY_URL``, an avro step
     without its schema in the plan ([] when it can start)."""
     from sluice.core.plan.model import KafkaSinkV1, KafkaSourceV1
+    from sluice.core.spec import REGISTRY_FORMATS
 
     problems: list[str] = []
     for step in plan.steps:
@@ -338,7 +339,7 @@ def startup_problems(plan: Plan, settings: AvroSettings) -> list[str]:
             if settings.registry is None and not given:
                 problems.append(f"{REGISTRY_URL_ENV} is not set: avro source {step.source} needs the schema "
                                 "registry for the writer schemas of its records")
-        elif isinstance(step, KafkaSinkV1) and step.format in ("avro", "protobuf"):
+        elif isinstance(step, KafkaSinkV1) and step.format in REGISTRY_FORMATS:
             if step.value_schema is None:
                 problems.append(f"{step.format} sink {step.topic}: the plan has no valueSchema")
             if settings.sink_schema_id is None:

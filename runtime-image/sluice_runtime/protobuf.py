@@ -28,23 +28,23 @@ from __future__ import annotations
 import datetime as dt
 import decimal
 import functools
-import struct
 from typing import TYPE_CHECKING, Any, Final
 
+from google.protobuf.descriptor import FieldDescriptor
+from google.protobuf.message import DecodeError
 from sluice.core.formats import protobuf as core
 from sluice.core.plan.model import FieldSpec, RegistrySchema
 
+from sluice_runtime.avro import HEADER_LENGTH, parse_wire_header, wire_header
+
 if TYPE_CHECKING:
-    from google.protobuf.descriptor import Descriptor, FieldDescriptor
+    from google.protobuf.descriptor import Descriptor
     from google.protobuf.message import Message
     from pyspark.sql import Column
 
-MAGIC: Final = 0
-#: magic byte and schema id
-ID_HEADER_LENGTH: Final = 5
 #: the temporary column of a decoded source: struct<ok, reason, value>
 DECODED: Final = "_sluice_protobuf"
-_UNSIGNED_64 = frozenset({6, 4})  # FieldDescriptor.TYPE_FIXED64, TYPE_UINT64
+_UNSIGNED_64 = frozenset({FieldDescriptor.TYPE_FIXED64, FieldDescriptor.TYPE_UINT64})
 
 
 class ProtobufConfigError(ValueError):
@@ -67,8 +67,9 @@ def _pinned(schema: RegistrySchema, where: str) -> tuple[str, str]:
 
 
 def header(schema_id: int, indexes: list[int]) -> bytes:
-    """The bytes before a message of ``schema_id`` at ``indexes``."""
-    return struct.pack(">bI", MAGIC, schema_id) + core.index_bytes(indexes)
+    """The bytes before a message of ``schema_id`` at ``indexes``: Avro's header (magic byte, id), then
+    the indexes."""
+    return wire_header(schema_id) + core.index_bytes(indexes)
 
 
 def _varint(data: bytes, at: int) -> tuple[int, int]:
@@ -87,11 +88,11 @@ def _varint(data: bytes, at: int) -> tuple[int, int]:
 def split(value: bytes) -> tuple[int, list[int], bytes]:
     """(schema id, message indexes, payload) of a value in the wire format; ``ValueError`` saying
     why it is not."""
-    if len(value) < ID_HEADER_LENGTH + 1 or value[0] != MAGIC:
+    schema_id = parse_wire_header(value)
+    if schema_id is None or len(value) <= HEADER_LENGTH:
         raise ValueError("record value is not in the Confluent wire format (magic byte 0, a 4-byte schema "
                          "id, message indexes, Protobuf binary)")
-    schema_id = int(struct.unpack(">I", value[1:ID_HEADER_LENGTH])[0])
-    count, at = _varint(value, ID_HEADER_LENGTH)
+    count, at = _varint(value, HEADER_LENGTH)
     if count == 0:
         return schema_id, [0], value[at:]
     if not 0 < count <= 64:
@@ -105,12 +106,10 @@ def split(value: bytes) -> tuple[int, list[int], bytes]:
 
 # -- message -> Spark values ---------------------------------------------------------------------
 def _scalar(field: FieldDescriptor, value: Any) -> Any:
-    from google.protobuf.descriptor import FieldDescriptor as F
-
-    if field.type == F.TYPE_ENUM:
+    if field.type == FieldDescriptor.TYPE_ENUM:
         found = field.enum_type.values_by_number.get(value)
         return found.name if found is not None else str(value)
-    if field.type == F.TYPE_MESSAGE:
+    if field.type == FieldDescriptor.TYPE_MESSAGE:
         name = field.message_type.full_name
         if name == core.TIMESTAMP_MESSAGE:
             return value.ToDatetime(tzinfo=dt.UTC)
@@ -143,8 +142,6 @@ def to_row(message: Message, descriptor: Descriptor) -> tuple[Any, ...]:
 
 def decoder(descriptor: str, name: str, columns: list[FieldSpec]) -> Any:
     """The function of one record value: ``(ok, reason, row of the columns)``."""
-    from google.protobuf.message import DecodeError
-
     built: list[Any] = []  # once per worker: the class, the indexes, the columns' fields
 
     def decode(value: bytes | None) -> tuple[bool, str | None, tuple[Any, ...] | None]:
@@ -193,9 +190,7 @@ def decode(schema: RegistrySchema, columns: list[FieldSpec], column: str = "valu
 
 # -- Spark values -> message ---------------------------------------------------------------------
 def _set_scalar(field: FieldDescriptor, value: Any) -> Any:
-    from google.protobuf.descriptor import FieldDescriptor as F
-
-    if field.type == F.TYPE_ENUM and isinstance(value, str):
+    if field.type == FieldDescriptor.TYPE_ENUM and isinstance(value, str):
         return field.enum_type.values_by_name[value].number
     if field.type in _UNSIGNED_64:
         return int(value)

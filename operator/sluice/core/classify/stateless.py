@@ -8,6 +8,7 @@ from typing import Any
 from sluice.core.classify.comparison import IN_PLACE_ROWS, REPLACE, TRANSPARENT, Ctx, fmt
 from sluice.core.classify.model import Category
 from sluice.core.plan.steptypes import STATEFUL
+from sluice.core.spec import REGISTRY_FORMATS
 
 
 @dataclass(frozen=True)
@@ -213,7 +214,7 @@ def _pinned(schema: Any) -> str | None:
 
 def _reader_schema(ctx: Ctx, old: Any, new: Any) -> set[str]:
     """An avro or protobuf source's pinned reader schema (a format change stays unhandled: topology)."""
-    if old.format != new.format or old.format not in ("avro", "protobuf"):
+    if old.format != new.format or old.format not in REGISTRY_FORMATS:
         return set()
     if old.value_schema != new.value_schema:
         meaning = _READER_SCHEMA if new.format == "avro" else _PROTOBUF_READER_SCHEMA
@@ -347,7 +348,7 @@ def _sink(ctx: Ctx, old: Any, new: Any) -> set[str]:
     _compare(ctx, new.id, "trigger.processingTime", old.trigger.processing_time,
              new.trigger.processing_time, "trigger interval", _TRIGGER)
     handled = {"topic", "key", "output_mode", "delivery", "trigger"} | _key_format(ctx, old, new)
-    if old.format == new.format and old.format in ("avro", "protobuf") and old.value_schema \
+    if old.format == new.format and old.format in REGISTRY_FORMATS and old.value_schema \
             and new.value_schema:
         # the schema is derived from the output schema, which is judged on its own; its subject is not
         _compare(ctx, new.id, "valueSchema.subject", old.value_schema.subject, new.value_schema.subject,

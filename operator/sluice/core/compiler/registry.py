@@ -92,11 +92,12 @@ def _fields(source: Source, schema: RegistrySchema, where: str
             return schema, None, [Problem(
                 f"source '{source.name}' has format {source.format}, but {_describe(schema)} holds a "
                 f"{schema.schema_type} schema", field=f"{where}.format")]
+        at = "message" if source.message is not None else "format"  # the message named is not there
         try:
             found = protobuf.message(schema.descriptor, source.message)
-            fields = protobuf.columns(schema.descriptor, found.full_name)
+            at = "format"  # a field has no Spark type
+            fields = protobuf.message_columns(found)
         except protobuf.ProtobufTypeError as exc:
-            at = "message" if source.message is not None and "has no message" in exc.reason else "format"
             return schema, None, [Problem(f"source '{source.name}': the schema of {_describe(schema)} has no "
                                           f"Spark type: {exc}", field=f"{where}.{at}")]
         return schema.model_copy(update={"message": found.full_name}), fields, []

@@ -47,6 +47,7 @@ __all__ = [
     "descriptor_set",
     "index_bytes",
     "message",
+    "message_columns",
     "message_indexes",
     "pool",
     "to_spark",
@@ -234,7 +235,12 @@ def _single(field: FieldDescriptor, path: str, open_messages: tuple[str, ...]) -
 
 def columns(encoded: str, name: str | None = None, path: str = "value") -> list[FieldSpec]:
     """A message's fields as the plan's columns (``schema: [{name, type}]``)."""
-    mapped = to_spark(message(encoded, name, path), path)
+    return message_columns(message(encoded, name, path), path)
+
+
+def message_columns(found: Descriptor, path: str = "value") -> list[FieldSpec]:
+    """:func:`columns` of a message already found."""
+    mapped = to_spark(found, path)
     if not mapped.fields:
         raise ProtobufTypeError(path, "the message has no fields: a source's columns are its fields")
     return [FieldSpec(name=n, type=t.render()) for n, t in mapped.fields]
