@@ -71,9 +71,10 @@ def cluster_doc(ns: str, bootstrap: str, service_id: str = "e2e", **extra: Any) 
         "metadata": {"name": "default", "namespace": ns},
         "spec": {"serviceId": service_id, "kafka": {"bootstrapServers": bootstrap},
                  "driver": {"requests": {"cpu": "100m", "memory": "512Mi"}},
-                 # the drivers' JVMs compile with C1 only, as the test processes' do (see
-                 # tests/support/jvm.py); Spark's launcher adds its own module options to these
-                 "sparkConf": {"spark.driver.memory": "768m", "spark.driver.extraJavaOptions": TEST_JVM_OPTS},
+                 # the drivers' and the executors' JVMs compile with C1 only, as the test processes'
+                 # do (see tests/support/jvm.py); Spark adds its own module options to these
+                 "sparkConf": {"spark.driver.memory": "768m", "spark.driver.extraJavaOptions": TEST_JVM_OPTS,
+                               "spark.executor.extraJavaOptions": TEST_JVM_OPTS},
                  **extra},
     }
 
