@@ -13,6 +13,7 @@ from the test process (see docs/e2e.md).
 from __future__ import annotations
 
 import json
+import logging
 import os
 import signal
 import subprocess
@@ -22,6 +23,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+log = logging.getLogger(__name__)
 
 
 def _command(pid: int) -> str:
@@ -88,11 +91,13 @@ class E2ECluster:
         return json.loads(out) if out.strip() else None
 
     def wait_for(self, what: str, check: Callable[[], Any], timeout: float = 240.0) -> Any:
-        deadline = time.monotonic() + timeout
+        start = time.monotonic()
+        deadline = start + timeout
         last: Any = None
         while time.monotonic() < deadline:
             last = check()
             if last:
+                log.info("waited %.1fs for %s", time.monotonic() - start, what)
                 return last
             time.sleep(1.0)
         raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what} (last: {last!r})")
@@ -221,3 +226,26 @@ class E2ECluster:
         self.apply({"apiVersion": "v1", "kind": "Namespace",
                     "metadata": {"name": name, "labels": self.namespace_labels}})
         return name
+
+    def clear_namespace(self, namespace: str, timeout: float = 120.0) -> None:
+        """Delete a test's queries without waiting out their drivers' drain, then its namespace.
+
+        The operator's finalizer scales the drivers to zero and waits for their pods to end (a
+        drain: the batch in flight committed, the Lease released) before it applies the deletion
+        policy. A test that checks a deletion does it itself; after the test the drain only costs
+        time, so the driver, backfill and executor pods are force-deleted as soon as nothing
+        recreates them (every Deployment of the namespace at zero replicas or being deleted)."""
+        self.kubectl("delete", "streamingqueries", "--all", "-n", namespace, "--wait=false", check=False)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            left = self.kubectl("get", "streamingqueries", "-n", namespace, "-o", "name", check=False)
+            if not left.strip():
+                break
+            out = self.kubectl("get", "deployments", "-n", namespace, "-o", "json", check=False)
+            deployments = json.loads(out).get("items", []) if out.strip() else []
+            if all(d["spec"].get("replicas", 1) == 0 or d["metadata"].get("deletionTimestamp")
+                   for d in deployments):
+                self.kubectl("delete", "pods", "-n", namespace, "--grace-period=0", "--force", "--wait=false",
+                             "-l", "app.kubernetes.io/component in (driver,backfill,executor)", check=False)
+            time.sleep(1.0)
+        self.kubectl("delete", "namespace", namespace, "--wait=false", check=False)

@@ -135,6 +135,4 @@ def two_nodes_ns(two_nodes: E2ECluster) -> Iterator[str]:
 def _namespace(cluster: E2ECluster) -> Iterator[str]:
     name = cluster.new_namespace()
     yield name
-    cluster.kubectl("delete", "streamingqueries", "--all", "-n", name, "--wait=true", "--timeout=120s",
-                    check=False)
-    cluster.kubectl("delete", "namespace", name, "--wait=false", check=False)
+    cluster.clear_namespace(name)
