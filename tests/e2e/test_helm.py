@@ -1,6 +1,8 @@
 """End to end: the chart as a cluster admin runs it, with a query running: ``helm test`` passes,
 and ``helm upgrade`` of the operator (its pods roll) leaves the running driver alone (same pod,
-no container restart, output going on) while the new operator pods reconcile.
+no container restart, output going on) while the new operator pods reconcile. The project's
+images, as loaded into the cluster, run as their own non-root user with a read-only root in a
+namespace that enforces the ``restricted`` Pod Security Standard.
 """
 
 from __future__ import annotations
@@ -10,7 +12,10 @@ import subprocess
 import time
 
 import pytest
+import sluice
 from cluster import E2ECluster
+from sluice.operator.builders.context import RUN_AS_USER
+from sluice.operator.builders.driver import CONTAINER_SECURITY_CONTEXT, pod_security_context
 from sluice_dev.platform.chart import CHART, NAMESPACE, RELEASE
 from test_queries import READY_TIMEOUT, cluster_doc, consume, create_topics, produce, query_doc, wait_ready
 
@@ -77,3 +82,39 @@ def test_helm_test_passes_and_an_operator_upgrade_leaves_the_driver_running(
 
     cluster.wait_for("the new operator to reconcile the edit", observed, 180)
     assert cluster.query_condition(ns, "echo", "Ready") == "True"
+
+
+def test_the_project_s_images_run_as_their_own_user_read_only_in_a_restricted_namespace(
+    cluster: E2ECluster, ns: str
+) -> None:
+    """Both images by their unqualified names (``IfNotPresent``: never pulled), as their own non-root
+    user, with a read-only root, where ``restricted`` is enforced (a root pod is refused)."""
+    version = sluice.__version__
+    runs = {"runtime": (f"sluice-runtime:{version}", ["sluice-runtime", "--help"]),
+            "operator": (f"sluice-operator:{version}", ["sluice", "--version"]),
+            "whoami": (f"sluice-runtime:{version}", ["id", "-u"])}
+    read_only = {**CONTAINER_SECURITY_CONTEXT, "readOnlyRootFilesystem": True}
+    cluster.apply(*({
+        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": ns},
+        "spec": {
+            "restartPolicy": "Never", "securityContext": pod_security_context(),
+            "containers": [{"name": name, "image": image, "imagePullPolicy": "IfNotPresent", "command": args,
+                            "securityContext": read_only}],
+        },
+    } for name, (image, args) in runs.items()))
+
+    def output(name: str) -> str | None:
+        pod = cluster.get("pod", ns, name) or {}
+        phase = (pod.get("status") or {}).get("phase")
+        assert phase != "Failed", cluster.kubectl("logs", "-n", ns, name, check=False)
+        return cluster.kubectl("logs", "-n", ns, name) if phase == "Succeeded" else None
+
+    assert "usage: sluice-runtime" in cluster.wait_for("sluice-runtime --help", lambda: output("runtime"))
+    assert cluster.wait_for("sluice --version", lambda: output("operator")).strip() == f"sluice {version}"
+    assert cluster.wait_for("id -u", lambda: output("whoami")).strip() == str(RUN_AS_USER)
+    refused = cluster.apply_result({
+        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "root", "namespace": ns},
+        "spec": {"containers": [{"name": "c", "image": f"sluice-runtime:{version}",
+                                 "securityContext": {"runAsUser": 0}}]},
+    })
+    assert refused.returncode != 0 and "restricted" in refused.stderr, refused

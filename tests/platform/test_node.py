@@ -4,9 +4,9 @@ Pods run from a locally built image, readiness probes pass, ClusterIP Services (
 ``kubernetes`` one included) work from the host and from pods, Kafka answers pods at the address
 it advertises, a container killed with SIGKILL
 through runc is restarted by the kubelet, a crashed node recovers on the next start, and a stopped
-node leaves nothing on the machine, and the project's images run under the kubelet in a namespace
-that enforces the restricted Pod Security Standard. Tests run in file order; the last one stops
-the node.
+node leaves nothing on the machine. (The project's images under the kubelet in a namespace that
+enforces the restricted Pod Security Standard: tests/e2e/test_helm.py, on the e2e cluster, where
+they are loaded already.) Tests run in file order; the last one stops the node.
 """
 
 from __future__ import annotations
@@ -22,7 +22,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import sluice
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 from sluice_dev.platform import common, node
@@ -105,6 +104,9 @@ def test_node_registers_ready(real_node: Node) -> None:
     addresses = {a.type: a.address for a in found.status.addresses}
     assert addresses["InternalIP"] == node.node_ip()
     assert found.status.node_info.container_runtime_version.startswith("containerd://")
+    # the pods, as a group, weigh as a node of the machine's size against the host's processes
+    shares = teardown.CGROUP_ROOT / "cpu" / "k8s.io" / "cpu.shares"
+    assert shares.read_text().strip() == str(teardown.CPU_SHARES_PER_CPU * (os.cpu_count() or 1))
 
 
 def test_pod_runs_from_a_local_image_and_passes_its_readiness_probe(
@@ -213,55 +215,6 @@ def test_crashed_node_recovers_on_the_next_start(real_node: Node, node_namespace
     # the restart kept the bridge: Kafka's pod listener (bound to the node IP) still answers
     host, _, port = real_node.kafka.rpartition(":")
     assert common.port_open(host, int(port))
-
-
-def test_the_project_s_images_run_under_the_kubelet_in_a_restricted_namespace(real_node: Node) -> None:
-    """Both images, built from the Dockerfiles and loaded as ``make images`` loads them, run by
-    their unqualified names (``IfNotPresent``: never pulled) as their own non-root user, read-only
-    root, in a namespace enforcing the ``restricted`` Pod Security Standard."""
-    from sluice.operator.builders.context import RUN_AS_USER
-    from sluice.operator.builders.driver import CONTAINER_SECURITY_CONTEXT, pod_security_context
-    from sluice_dev.images import build
-    from sluice_dev.platform import chart
-
-    try:
-        node.load_images(real_node.state_dir, build.by_reference(build.build([], log=lambda _: None)))
-    except common.PlatformError as exc:
-        pytest.fail(str(exc), pytrace=False)
-    core = _core(real_node)
-    namespace = f"r-{uuid.uuid4().hex[:10]}"
-    core.create_namespace(chart.namespace_manifest(namespace))
-    version = sluice.__version__
-    for name, image, args in (
-        ("runtime", f"sluice-runtime:{version}", ["sluice-runtime", "--help"]),
-        ("operator", f"sluice-operator:{version}", ["sluice", "--version"]),
-        ("whoami", f"sluice-runtime:{version}", ["id", "-u"]),
-    ):
-        core.create_namespaced_pod(namespace, {
-            "apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
-            "spec": {
-                "restartPolicy": "Never",
-                "securityContext": pod_security_context(),
-                "containers": [{
-                    "name": name, "image": image, "imagePullPolicy": "IfNotPresent", "command": args,
-                    "securityContext": {**CONTAINER_SECURITY_CONTEXT, "readOnlyRootFilesystem": True},
-                }],
-            },
-        })
-    runtime = eventually(lambda: succeeded_logs(core, namespace, "runtime"), what="sluice-runtime --help")
-    assert "usage: sluice-runtime" in runtime
-    operator = eventually(lambda: succeeded_logs(core, namespace, "operator"), what="sluice --version")
-    assert operator.strip() == f"sluice {version}"
-    uid = eventually(lambda: succeeded_logs(core, namespace, "whoami"), what="id -u")
-    assert uid.strip() == str(RUN_AS_USER)
-    # the namespace really enforces it: a root pod is refused
-    with pytest.raises(ApiException, match="restricted"):
-        core.create_namespaced_pod(namespace, {
-            "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "root"},
-            "spec": {"containers": [{"name": "c", "image": f"sluice-runtime:{version}",
-                                     "securityContext": {"runAsUser": 0}}]},
-        })
-    core.delete_namespace(namespace)
 
 
 def test_stopped_node_leaves_nothing_behind(real_node: Node) -> None:
