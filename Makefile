@@ -31,7 +31,7 @@ plan-hashes: install
 # (Kafka, control plane, node agent on a loopback range of its own); the e2e files and the real
 # node's tests (tests/platform) are one work unit, which tests/conftest.py puts first
 test: install
-	$(BIN)/python -m pytest -n 2 --dist loadfile tests/unit tests/integration tests/e2e tests/platform --durations=30
+	$(BIN)/python -m pytest -n 2 --dist loadfile tests/unit tests/integration tests/e2e tests/platform --durations=50
 
 test-unit: install
 	$(BIN)/python -m pytest tests/unit

@@ -237,6 +237,7 @@ def _start_node(
                                timeout=10).returncode == 0,
         timeout=CONTAINERD_TIMEOUT, what="answer `ctr version`", procs=procs,
     )
+    teardown.share_cpu_with_pods()
     if import_images:
         for archive in images.archives():
             _sh("containerd", lay, config.ctr_argv(ctr, lay, "images", "import", "--no-unpack", str(archive)))

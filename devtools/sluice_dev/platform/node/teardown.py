@@ -351,6 +351,28 @@ def container_cgroups(layout: config.Layout) -> list[Path]:
     )
 
 
+#: cpu.shares of one CPU's worth (cgroup v1: a task at nice 0 weighs as much)
+CPU_SHARES_PER_CPU = 1024
+
+
+def share_cpu_with_pods() -> int | None:
+    """Give the pods, as a group, the CPU weight of a node of this machine's size: ``cpu.shares``
+    of their parent cgroup (``/sys/fs/cgroup/cpu/k8s.io``, created if missing; ``remove_cgroups``
+    removes it once empty) set to 1024 per CPU. Without it that parent weighs 1024, as much as a
+    single busy thread of the host: the kubelet's ``cgroupsPerQOS: false`` leaves it unconfigured,
+    and on a 2-core machine running Spark beside the node, all the pods together got a quarter of
+    the CPU. The shares of the pods among themselves stay the kubelet's (from their CPU requests).
+    Returns the shares written; None where there is no cgroup v1 cpu controller (nothing done)."""
+    controller = CGROUP_ROOT / "cpu"
+    if not (controller / "cpu.shares").is_file():
+        return None
+    parent = controller / config.CONTAINERD_NAMESPACE
+    parent.mkdir(exist_ok=True)
+    shares = CPU_SHARES_PER_CPU * (os.cpu_count() or 1)
+    (parent / "cpu.shares").write_text(str(shares))
+    return shares
+
+
 def remove_cgroups(layout: config.Layout) -> None:
     """rmdir our containers' cgroups, then the ``k8s.io`` parents if empty (rmdir never removes
     a cgroup that still has processes or children, so another runtime's are safe)."""
