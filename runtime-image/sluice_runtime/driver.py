@@ -40,7 +40,7 @@ from sluice.core.election import (
     Why,
 )
 
-from sluice_runtime import avro, epochs, reports
+from sluice_runtime import avro, epochs, queryend, reports
 from sluice_runtime import drain as drain_mod
 from sluice_runtime.brokerlag import BrokerLag
 from sluice_runtime.cleanup import CheckpointCleaner
@@ -69,8 +69,8 @@ log = logging.getLogger("sluice_runtime")
 DRAIN = "drain"
 HANDOFF = "handoff"
 LOST = "lost"
-FAILED = "failed"
-FINISHED = "finished"
+FAILED = queryend.FAILED
+FINISHED = queryend.FINISHED
 
 
 def _monitor(pipeline: Pipeline, state: RuntimeState, stop: threading.Event,
@@ -127,18 +127,18 @@ def supervise(
                 return HANDOFF
             if pipeline.failure is not None:
                 return FAILED
-            queries = pipeline.all_queries()
-            failed = [q for q in queries if not q.isActive and q.exception() is not None]
-            if failed:
+            # each query looked at once per tick (see sluice_runtime.queryend)
+            end = queryend.ended(queryend.look(pipeline.all_queries()))
+            if end is not None and end[1] is not None:
                 if elector is not None and elector.may_write() is not None:
                     return LOST  # the write guard stopped it: the lease ran out (a paused driver)
                 if elector is not None and pipeline.eos_sink is not None and pipeline.eos_sink.fenced:
                     return LOST  # a newer holder fenced its producer (it rode out an API outage)
-                exc = failed[0].exception()
-                print(f"sluice-runtime: query {failed[0].name} failed: {getattr(exc, 'desc', exc)}",
+                exc = end[1].failure
+                print(f"sluice-runtime: query {end[1].name} failed: {getattr(exc, 'desc', exc)}",
                       file=sys.stderr)
                 return FAILED
-            if not any(q.isActive for q in queries):
+            if end is not None:
                 log.info("all queries finished")
                 return FINISHED
             if on_tick is not None:
