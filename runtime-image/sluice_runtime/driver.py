@@ -129,18 +129,19 @@ def supervise(
                 return FAILED
             # each query looked at once per tick (see sluice_runtime.queryend)
             end = queryend.ended(queryend.look(pipeline.all_queries()))
-            if end is not None and end[1] is not None:
+            if end is not None:
+                _, failed = end
+                if failed is None:
+                    log.info("all queries finished")
+                    return FINISHED
                 if elector is not None and elector.may_write() is not None:
                     return LOST  # the write guard stopped it: the lease ran out (a paused driver)
                 if elector is not None and pipeline.eos_sink is not None and pipeline.eos_sink.fenced:
                     return LOST  # a newer holder fenced its producer (it rode out an API outage)
-                exc = end[1].failure
-                print(f"sluice-runtime: query {end[1].name} failed: {getattr(exc, 'desc', exc)}",
+                exc = failed.failure
+                print(f"sluice-runtime: query {failed.name} failed: {getattr(exc, 'desc', exc)}",
                       file=sys.stderr)
                 return FAILED
-            if end is not None:
-                log.info("all queries finished")
-                return FINISHED
             if on_tick is not None:
                 on_tick()
             time.sleep(0.1)

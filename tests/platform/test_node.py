@@ -25,7 +25,7 @@ import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 from sluice_dev.platform import common, node
-from sluice_dev.platform.node import lifecycle, teardown
+from sluice_dev.platform.node import config, lifecycle, teardown
 
 from tests.platform.conftest import Node
 from tests.support import waiting
@@ -105,7 +105,7 @@ def test_node_registers_ready(real_node: Node) -> None:
     assert addresses["InternalIP"] == node.node_ip()
     assert found.status.node_info.container_runtime_version.startswith("containerd://")
     # the pods, as a group, weigh as a node of the machine's size against the host's processes
-    shares = teardown.CGROUP_ROOT / "cpu" / "k8s.io" / "cpu.shares"
+    shares = teardown.CGROUP_ROOT / "cpu" / config.CONTAINERD_NAMESPACE / "cpu.shares"
     assert shares.read_text().strip() == str(teardown.CPU_SHARES_PER_CPU * (os.cpu_count() or 1))
 
 
