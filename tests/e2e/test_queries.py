@@ -112,6 +112,13 @@ def test_stateless_query_filters_and_projects(cluster: E2ECluster, ns: str) -> N
     got = consume(cluster.bootstrap, out, len(expected), READY_TIMEOUT)
     assert sorted(got, key=lambda r: r["id"]) == expected, cluster.diagnostics(ns)
     wait_ready(cluster, ns, "big-clicks")
+    # the driver's JVM mapped the image's class-data-sharing archive (sluice_runtime.classdata):
+    # the pod's class path is the one the image build wrote it for
+    pod = cluster.active_pod(ns, "big-clicks")
+    assert pod is not None, cluster.diagnostics(ns)
+    mapping = cluster.kubectl("exec", "-n", ns, pod["metadata"]["name"], "--", "sh", "-c",
+                              "grep -l /opt/sluice/spark-driver.jsa /proc/[0-9]*/maps || true")
+    assert mapping.strip(), cluster.kubectl("logs", "-n", ns, pod["metadata"]["name"], check=False)
 
 
 def test_stream_stream_join_matches_orders_with_shipments(cluster: E2ECluster, ns: str) -> None:

@@ -9,6 +9,10 @@ same CPUs, so that is time every test gets back (the suite: 36 min instead of 58
 drivers keep the JVM's defaults: with C1 only, 1M records took about twice as long
 (``bench/bench_runtime.py``; docs/runtime.md, "The driver's JVM"); a user can choose C1 the same
 way, through ``sparkConf``.
+
+Beside these options every test driver maps the class-data-sharing archive of the machine's JDK and
+PySpark (``tests/conftest.py``, ``use_class_data_archive``), as the runtime image's drivers map the
+image's (``sluice_runtime.classdata``).
 """
 
 from __future__ import annotations

@@ -1,0 +1,70 @@
+"""The driver JVM's class-data-sharing archive for JVMs started on this machine (tests, benchmarks,
+a local ``sluice-runtime run``), as the runtime image makes its own at build time
+(:mod:`sluice_runtime.classdata`).
+
+An archive is only used by the JVM build and the class path it was written with, so the cache key
+hashes what decides both: ``java -version``'s text, PySpark's version, the names, sizes and
+modification times of the files in PySpark's ``jars/`` directory, and the text of the workload
+module. A new JDK or PySpark writes a new archive (``~/.cache/sluice/classdata-<key>/``, about a
+minute and 170 MB once); a stale one is never mapped.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import subprocess
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+
+from sluice_runtime import classdata
+
+from sluice_dev.platform.common import PlatformError, cache_dir, file_lock, run_logged
+
+COMPONENT = "classdata"
+ARCHIVE = "spark-driver.jsa"
+
+
+def _pyspark_dir() -> Path:
+    spec = importlib.util.find_spec("pyspark")
+    if spec is None or not spec.submodule_search_locations:
+        raise PlatformError(COMPONENT, "PySpark is not installed in this environment")
+    return Path(next(iter(spec.submodule_search_locations)))
+
+
+def cache_key(java_version: str, pyspark_dir: Path, workload: bytes) -> str:
+    """The hash of what decides whether an archive may be mapped (and what it holds)."""
+    digest = hashlib.sha256(java_version.encode())
+    for jar in sorted((pyspark_dir / "jars").iterdir()):
+        stat = jar.stat()
+        digest.update(f"{jar.name}\0{stat.st_size}\0{stat.st_mtime_ns}\n".encode())
+    version_file = pyspark_dir / "version.py"
+    if version_file.is_file():
+        digest.update(version_file.read_bytes())
+    digest.update(workload)
+    return digest.hexdigest()[:16]
+
+
+def _java_version(java: str) -> str:
+    try:
+        done = subprocess.run([java, "-version"], capture_output=True, text=True, check=True)
+    except (OSError, subprocess.CalledProcessError) as exc:
+        raise PlatformError(COMPONENT, f"`{java} -version` failed: {exc}") from exc
+    return done.stderr
+
+
+def provision(env: Mapping[str, str], java: str = "java") -> Path:
+    """The archive for this machine's ``java`` and PySpark, written once under the cache (a file
+    lock keeps concurrent test workers from writing it twice). ``env``: the environment of the
+    JVM that writes it (its ``SPARK_SUBMIT_OPTS`` apply, less any archive option)."""
+    pyspark_dir = _pyspark_dir()
+    workload = Path(classdata.__file__).read_bytes()
+    directory = cache_dir(COMPONENT, cache_key(_java_version(java), pyspark_dir, workload))
+    archive = directory / ARCHIVE
+    with file_lock(directory / ".lock"):
+        if not archive.is_file():
+            run_logged(COMPONENT, [sys.executable, "-m", "sluice_runtime.classdata",
+                                   "--output", str(archive)],
+                       log_path=directory / "classdata.log", env=env, timeout=600)
+    return archive
