@@ -12,6 +12,13 @@ is printed next to it. Four kinds of event, interleaved (ABCD ABCD ...), ``--eve
 * ``restart-cold``: SIGTERM of the driver's process, ``standbyReplicas: 0`` (it drains, exits and
   its container starts cold on the same checkpoint: what a StatefulSet roll did before standbys).
 
+One more on the real node, only when asked for with ``--kinds``:
+
+* ``kill-cold-noarchive``: ``kill-cold`` with drivers that map the JDK's own class-data archive
+  instead of the image's (``spark.driver.extraJavaOptions: -XX:SharedArchiveFile=`` the JDK's
+  ``classes.jsa``, after the image's ``SPARK_SUBMIT_OPTS``): the baseline of the image's archive
+  (``sluice_runtime.classdata``) in a cold restart.
+
 Two more, on two nodes with checkpoints in the object store (``bench/failover_nodes.py``), only
 when asked for with ``--kinds`` (the platform then runs two nodes):
 
@@ -19,6 +26,7 @@ when asked for with ``--kinds`` (the platform then runs two nodes):
 * ``node-cold``: the same without a standby (the driver rescheduled on the other node).
 
     python bench/bench_failover.py [--events 5] [--rate 20] [--kinds node-standby,node-cold]
+    python bench/bench_failover.py --kinds kill-cold,kill-cold-noarchive
 
 Needs nothing running: it starts the platform and the operator like ``make demo`` (and leaves
 them running). Prints one line per event and p50/p95 per kind with the ratios.
@@ -54,6 +62,9 @@ from tests.support.waiting import eventually  # noqa: E402
 KINDS = ("kill-standby", "kill-cold", "roll-handoff", "restart-cold")
 #: the node-loss events (bench/failover_nodes.py), on two nodes
 NODE_KINDS = ("node-standby", "node-cold")
+#: a cold restart without the image's class-data archive (the JDK's own instead)
+NOARCHIVE = "kill-cold-noarchive"
+JDK_ARCHIVE_OPTION = "-XX:SharedArchiveFile=/usr/lib/jvm/java-17-openjdk-amd64/lib/server/classes.jsa"
 
 
 class Platform:
@@ -258,18 +269,20 @@ def main() -> int:
                         help="lease.durationSeconds of the node-loss queries (3 to 300)")
     args = parser.parse_args()
     kinds = [k for k in args.kinds.split(",") if k]
-    unknown = set(kinds) - set(KINDS) - set(NODE_KINDS)
+    unknown = set(kinds) - set(KINDS) - set(NODE_KINDS) - {NOARCHIVE}
     if unknown:
-        parser.error(f"unknown --kinds {sorted(unknown)}: {', '.join((*KINDS, *NODE_KINDS))}")
+        parser.error(f"unknown --kinds {sorted(unknown)}: {', '.join((*KINDS, NOARCHIVE, *NODE_KINDS))}")
     on_nodes = any(k in NODE_KINDS for k in kinds)
     p = Platform(args.state_dir, nodes=2 if on_nodes else 1)
     from confluent_kafka.admin import AdminClient, NewTopic
 
     # kind -> (namespace, query, standbys)
     where: dict[str, tuple[str, str, int]] = {}
-    if set(kinds) - set(NODE_KINDS):
+    if set(kinds) & set(KINDS):
         ns = p.namespace("bench-failover")
         where.update({k: (ns, "warm", 1) if k == "kill-standby" else (ns, "cold", 0) for k in KINDS})
+    if NOARCHIVE in kinds:
+        where[NOARCHIVE] = (p.namespace("bench-failover-jdk", java_options=JDK_ARCHIVE_OPTION), "cold", 0)
     if on_nodes:
         import failover_nodes
 
@@ -325,15 +338,18 @@ def main() -> int:
                 if kind in NODE_KINDS:
                     failover_nodes.power_on_node_2(p)
             results[kind].append((gap, runtime_gap.get("gapSeconds")))
-            print(f"round {round_ + 1} {kind:13s} output gap {gap:6.2f}s  runtime gap "
+            print(f"round {round_ + 1} {kind:19s} output gap {gap:6.2f}s  runtime gap "
                   f"{runtime_gap.get('gapSeconds')}s ({runtime_gap.get('reason')})", flush=True)
     for (_, name), w in watchers.items():
         sent, lost, dup = w.stop()
         print(f"query {name}: {sent} records sent, {lost} lost, {dup} duplicated (read_committed)")
-    summary = print_summary(results, 13)
+    summary = print_summary(results, 19)
     if "kill-standby" in summary and "kill-cold" in summary:
         ratio = summary["kill-standby"] / summary["kill-cold"]
         print(f"fail-over with a standby vs a cold restart: {ratio:.2f}")
+    if "kill-cold" in summary and NOARCHIVE in summary:
+        ratio = summary["kill-cold"] / summary[NOARCHIVE]
+        print(f"cold restart with the image's archive vs without: {ratio:.2f}")
     if "roll-handoff" in summary and "restart-cold" in summary:
         ratio = summary["roll-handoff"] / summary["restart-cold"]
         print(f"restart by hand-off vs a cold restart:      {ratio:.2f}")
