@@ -50,3 +50,22 @@ def test_another_pyspark_or_workload_gives_another_key(tmp_path: Path) -> None:
     assert classdata.cache_key(JAVA, root, b"another workload") != before
     (root / "version.py").write_text('__version__ = "4.3.1"\n')
     assert classdata.cache_key(JAVA, root, b"w") != before
+
+
+def test_another_virtualenv_gives_another_key(tmp_path: Path) -> None:
+    """The class path names the virtualenv's files: another one's archive is never mapped."""
+    first, second = tmp_path / "a", tmp_path / "b"
+    assert classdata.cache_key(JAVA, pyspark(first), b"w") != classdata.cache_key(JAVA, pyspark(second), b"w")
+
+
+def test_only_the_most_recently_used_archives_stay(tmp_path: Path) -> None:
+    for age, key in enumerate(["newest", "second", "third", "old", "older"]):
+        directory = tmp_path / f"classdata-{key}"
+        directory.mkdir()
+        (directory / classdata.ARCHIVE).write_bytes(b"x")
+        os.utime(directory, (10_000 - age, 10_000 - age))
+    (tmp_path / "kafka-4.3.1").mkdir()  # another component's cache
+    removed = classdata.prune(tmp_path, keep=3)
+    assert sorted(d.name for d in removed) == ["classdata-old", "classdata-older"]
+    assert sorted(d.name for d in tmp_path.iterdir()) == [
+        "classdata-newest", "classdata-second", "classdata-third", "kafka-4.3.1"]
