@@ -40,12 +40,10 @@ import json, os, sys, tempfile, time
 started = time.monotonic()
 from pyspark import SparkContext
 from pyspark.sql import SparkSession, functions as F
-from sluice_runtime.session import DEFAULTS
-from sluice.core import sizing
+from sluice_runtime.classdata import session_settings
 
 builder = SparkSession.builder.master("local[2]").appName("bench-jvm-start")
-for key, value in {**DEFAULTS, "spark.sql.shuffle.partitions": "2",
-                   "spark.sql.streaming.stateStore.providerClass": sizing.ROCKSDB_PROVIDER}.items():
+for key, value in session_settings().items():
     builder = builder.config(key, value)
 spark = builder.getOrCreate()
 session = time.monotonic() - started

@@ -102,12 +102,12 @@ def use_class_data_archive() -> None:
     Options set by hand in ``SPARK_SUBMIT_OPTS`` that name an archive are left alone."""
     from sluice_dev.platform import classdata
 
-    options = os.environ.get("SPARK_SUBMIT_OPTS", "")
-    if "-XX:SharedArchiveFile=" in options or "-XX:ArchiveClassesAtExit=" in options:
+    options = shlex.split(os.environ.get("SPARK_SUBMIT_OPTS", ""))
+    if any(option.startswith(runtime_classdata.ARCHIVE_FLAGS) for option in options):
         return
     archive = classdata.provision(os.environ)
     os.environ["SPARK_SUBMIT_OPTS"] = shlex.join(
-        [*shlex.split(options), *runtime_classdata.use_options(archive)])
+        [*options, *runtime_classdata.use_options(archive)])
 
 
 @pytest.fixture(scope="session")

@@ -46,7 +46,8 @@ BATCHES: Final = 3
 DUMP_TIMEOUT_S: Final = 300.0
 
 _OPTIONS_ENV: Final = "SPARK_SUBMIT_OPTS"
-_ARCHIVE_FLAGS: Final = ("-XX:SharedArchiveFile=", "-XX:ArchiveClassesAtExit=")
+#: the JVM options that name an archive (to map, or to write)
+ARCHIVE_FLAGS: Final = ("-XX:SharedArchiveFile=", "-XX:ArchiveClassesAtExit=")
 
 
 def use_options(archive: Path) -> list[str]:
@@ -58,8 +59,19 @@ def dump_options(env: Mapping[str, str], archive: Path) -> str:
     """``SPARK_SUBMIT_OPTS`` for the JVM that writes ``archive`` at exit: the options in ``env``
     without any other archive option (a JVM maps one archive or writes one, not both)."""
     kept = [opt for opt in shlex.split(env.get(_OPTIONS_ENV, ""))
-            if not opt.startswith(_ARCHIVE_FLAGS)]
+            if not opt.startswith(ARCHIVE_FLAGS)]
     return shlex.join([*kept, f"-XX:ArchiveClassesAtExit={archive}"])
+
+
+def session_settings() -> dict[str, str]:
+    """The Spark settings of the JVM that writes the archive: the runtime's defaults, RocksDB
+    state, two shuffle partitions."""
+    from sluice.core import sizing
+
+    from sluice_runtime.session import DEFAULTS
+
+    return {**DEFAULTS, "spark.sql.streaming.stateStore.providerClass": sizing.ROCKSDB_PROVIDER,
+            "spark.sql.shuffle.partitions": "2"}
 
 
 def exercise(spark: SparkSession, scratch: Path, *, kafka: bool) -> None:
@@ -103,18 +115,13 @@ def write_archive(output: Path, *, kafka: bool) -> None:
     renamed). ``RuntimeError`` when the JVM wrote none."""
     from pyspark import SparkContext
     from pyspark.sql import SparkSession
-    from sluice.core import sizing
-
-    from sluice_runtime.session import DEFAULTS
 
     output.parent.mkdir(parents=True, exist_ok=True)
     partial = output.with_name(f".{output.name}.{os.getpid()}")
     partial.unlink(missing_ok=True)
     os.environ[_OPTIONS_ENV] = dump_options(os.environ, partial)
-    settings = {**DEFAULTS, "spark.sql.streaming.stateStore.providerClass": sizing.ROCKSDB_PROVIDER,
-                "spark.sql.shuffle.partitions": "2"}
     builder = SparkSession.builder.master("local[2]").appName("sluice-classdata")
-    for key, value in settings.items():
+    for key, value in session_settings().items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     with tempfile.TemporaryDirectory(prefix="sluice-classdata-") as scratch:

@@ -14,7 +14,6 @@ and 170 MB once); a stale one is never mapped. Each use marks its directory; bey
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import os
 import shutil
 import subprocess
@@ -24,19 +23,13 @@ from pathlib import Path
 
 from sluice_runtime import classdata
 
+from sluice_dev.platform import sparkjars
 from sluice_dev.platform.common import PlatformError, cache_dir, file_lock, run_logged
 
 COMPONENT = "classdata"
 ARCHIVE = "spark-driver.jsa"
 #: archives kept in the cache (those of the most recently used virtualenvs)
 KEEP = 3
-
-
-def _pyspark_dir() -> Path:
-    spec = importlib.util.find_spec("pyspark")
-    if spec is None or not spec.submodule_search_locations:
-        raise PlatformError(COMPONENT, "PySpark is not installed in this environment")
-    return Path(next(iter(spec.submodule_search_locations)))
 
 
 def cache_key(java_version: str, pyspark_dir: Path, workload: bytes) -> str:
@@ -65,7 +58,7 @@ def provision(env: Mapping[str, str], java: str = "java") -> Path:
     """The archive for this machine's ``java`` and PySpark, written once under the cache (a file
     lock keeps concurrent test workers from writing it twice). ``env``: the environment of the
     JVM that writes it (its ``SPARK_SUBMIT_OPTS`` apply, less any archive option)."""
-    pyspark_dir = _pyspark_dir()
+    pyspark_dir = sparkjars.pyspark_jars_dir().parent
     workload = Path(classdata.__file__).read_bytes()
     directory = cache_dir(COMPONENT, cache_key(_java_version(java), pyspark_dir, workload))
     archive = directory / ARCHIVE
