@@ -14,7 +14,13 @@ seconds by then; then p50/p95 per variant and the ratios ``with archive / withou
 The variants alternate (none, archive, none, ...) after one unmeasured run of each, so both see
 the same machine load.
 
-    python bench/bench_jvm_start.py [--rounds 5] [--jvm-options "-XX:TieredStopAtLevel=1"]
+``--executor``: an executor JVM instead, started as in an executor pod (``sluice-runtime
+executor`` with the variables Spark's Kubernetes scheduler sets; the archive named in
+``SPARK_SUBMIT_OPTS`` as the image names it), its driver URL a port nobody listens on: the seconds
+until it gave up on the driver (its JVM started, Spark's executor classes loaded, its RPC
+environment up, one connection refused) and its CPU seconds.
+
+    python bench/bench_jvm_start.py [--rounds 5] [--jvm-options "-XX:TieredStopAtLevel=1"] [--executor]
 """
 
 from __future__ import annotations
@@ -22,9 +28,11 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import statistics
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -70,6 +78,13 @@ print(json.dumps({"session_s": session, "first_batch_s": first[0], "jvm_cpu_s": 
 """
 
 METRICS = ("session_s", "first_batch_s", "jvm_cpu_s")
+EXECUTOR_METRICS = ("exit_s", "cpu_s")
+#: what Spark's Kubernetes scheduler sets on an executor pod (a driver URL nobody answers)
+EXECUTOR_POD_ENV = {
+    "SPARK_DRIVER_URL": "spark://CoarseGrainedScheduler@127.0.0.1:9", "SPARK_EXECUTOR_ID": "1",
+    "SPARK_EXECUTOR_CORES": "1", "SPARK_APPLICATION_ID": "bench", "SPARK_EXECUTOR_POD_IP": "127.0.0.1",
+    "SPARK_RESOURCE_PROFILE_ID": "0", "SPARK_EXECUTOR_POD_NAME": "bench-exec-1",
+}
 
 
 def run_driver(jvm_options: str) -> dict[str, float]:
@@ -84,6 +99,26 @@ def run_driver(jvm_options: str) -> dict[str, float]:
     return result
 
 
+def run_executor(jvm_options: str) -> dict[str, float]:
+    """``jvm_options``: the executor's own (``SPARK_JAVA_OPT_*``); the archive, when among them, goes
+    to ``SPARK_SUBMIT_OPTS`` instead, where the image names it."""
+    options = jvm_options.split()
+    archive = [o for o in options if o.startswith("-XX:SharedArchiveFile=")]
+    own = [o for o in options if o not in archive]
+    env = {**os.environ, **EXECUTOR_POD_ENV, "SPARK_SUBMIT_OPTS": " ".join(archive),
+           **{f"SPARK_JAVA_OPT_{i}": o for i, o in enumerate(own)}}
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    started = time.monotonic()
+    done = subprocess.run([str(Path(sys.executable).parent / "sluice-runtime"), "executor"], env=env,
+                          capture_output=True, text=True, timeout=600, check=False)
+    elapsed = time.monotonic() - started
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if "KubernetesExecutorBackend" not in done.stderr:
+        raise SystemExit(f"the executor did not start ({done.returncode}):\n{done.stderr[-3000:]}")
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return {"exit_s": elapsed, "cpu_s": cpu}
+
+
 def percentile(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
@@ -93,22 +128,25 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--jvm-options", default="-XX:TieredStopAtLevel=1")
+    parser.add_argument("--executor", action="store_true", help="an executor JVM instead of a driver")
     args = parser.parse_args()
+    run, metrics = (run_executor, EXECUTOR_METRICS) if args.executor else (run_driver, METRICS)
     archive = classdata.provision({**os.environ, "SPARK_SUBMIT_OPTS": args.jvm_options})
     variants = {"none": args.jvm_options,
                 "archive": " ".join([args.jvm_options, *use_options(archive)])}
     print(f"archive: {archive} ({archive.stat().st_size // 2**20} MB)")
     for options in variants.values():  # one unmeasured run of each
-        run_driver(options)
+        run(options)
     runs: dict[str, list[dict[str, float]]] = {name: [] for name in variants}
     for round_ in range(1, args.rounds + 1):
         for name, options in variants.items():
-            result = run_driver(options)
+            result = run(options)
             runs[name].append(result)
-            print(f"round {round_} {name:8} " + "  ".join(f"{m} {result[m]:6.2f}" for m in METRICS),
+            print(f"round {round_} {name:8} " + "  ".join(f"{m} {result[m]:6.2f}" for m in metrics),
                   flush=True)
-    summary: dict[str, Any] = {"rounds": args.rounds, "jvm_options": args.jvm_options}
-    for metric in METRICS:
+    summary: dict[str, Any] = {"rounds": args.rounds, "jvm_options": args.jvm_options,
+                               "jvm": "executor" if args.executor else "driver"}
+    for metric in metrics:
         row: dict[str, dict[str, float]] = {}
         for name in variants:
             values = [r[metric] for r in runs[name]]

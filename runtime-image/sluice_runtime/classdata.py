@@ -15,8 +15,13 @@ What an archive needs to be used: the same JVM build, and the same class path (t
 sizes and modification times, in the same order) as when it was written; otherwise the JVM logs
 ``Unable to use shared archive`` once and starts without it, as a JVM without an archive does.
 Classes that ``spark.jars`` adds (outside an image: the connector jars) are loaded by Spark's own
-class loader, which Java 17 does not archive; they load as before. Executors (another class path,
-their own command line: :mod:`sluice_runtime.executor`) start without one.
+class loader, which Java 17 does not archive; they load as before.
+
+Executors (:mod:`sluice_runtime.executor`) map the same archive. The JVM that writes it records
+its class path beside it (``<archive>.classpath``, :func:`classpath_file`), and an executor's class
+path starts with that one, followed by its own entries (Spark's configuration directory, the
+connector jars). A driver run in local mode runs its tasks itself, so the archive holds the classes
+a task needs (code generation, the state store, the Kafka consumer) as well as the driver's.
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
@@ -48,6 +54,41 @@ DUMP_TIMEOUT_S: Final = 300.0
 _OPTIONS_ENV: Final = "SPARK_SUBMIT_OPTS"
 #: the JVM options that name an archive (to map, or to write)
 ARCHIVE_FLAGS: Final = ("-XX:SharedArchiveFile=", "-XX:ArchiveClassesAtExit=")
+
+
+@dataclass(frozen=True)
+class SharedArchive:
+    """An archive and the class path of the JVM that wrote it (a JVM that maps the archive uses
+    its application classes only when its own class path starts with that one)."""
+
+    path: Path
+    classpath: str
+
+
+def classpath_file(archive: Path) -> Path:
+    """Where the class path of the JVM that wrote ``archive`` is kept: beside it."""
+    return archive.with_name(f"{archive.name}.classpath")
+
+
+def named_archive(env: Mapping[str, str]) -> Path | None:
+    """The archive ``SPARK_SUBMIT_OPTS`` names for drivers to map (the last one, as for the JVM)."""
+    named = [opt.removeprefix(ARCHIVE_FLAGS[0]) for opt in shlex.split(env.get(_OPTIONS_ENV, ""))
+             if opt.startswith(ARCHIVE_FLAGS[0])]
+    return Path(named[-1]) if named else None
+
+
+def find(env: Mapping[str, str]) -> SharedArchive | None:
+    """The archive drivers map here (``SPARK_SUBMIT_OPTS``) with its recorded class path; None
+    when none is named, or it or its class path is missing (an archive written before class
+    paths were recorded)."""
+    archive = named_archive(env)
+    if archive is None or not archive.is_file():
+        return None
+    try:
+        recorded = classpath_file(archive).read_text().strip()
+    except OSError:
+        return None
+    return SharedArchive(archive, recorded) if recorded else None
 
 
 def use_options(archive: Path) -> list[str]:
@@ -111,8 +152,9 @@ def exercise(spark: SparkSession, scratch: Path, *, kafka: bool) -> None:
 
 def write_archive(output: Path, *, kafka: bool) -> None:
     """Start a driver JVM that writes ``output`` when it exits, run :func:`exercise` in it, stop
-    it and wait for the archive. The archive appears whole or not at all (written beside, then
-    renamed). ``RuntimeError`` when the JVM wrote none."""
+    it and wait for the archive; record the JVM's class path beside it (:func:`classpath_file`).
+    The archive appears whole or not at all (written beside, then renamed), after its class path.
+    ``RuntimeError`` when the JVM wrote none."""
     from pyspark import SparkContext
     from pyspark.sql import SparkSession
 
@@ -124,6 +166,9 @@ def write_archive(output: Path, *, kafka: bool) -> None:
     for key, value in session_settings().items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
+    jvm = spark.sparkContext._jvm
+    assert jvm is not None
+    recorded = str(jvm.java.lang.System.getProperty("java.class.path"))
     with tempfile.TemporaryDirectory(prefix="sluice-classdata-") as scratch:
         exercise(spark, Path(scratch), kafka=kafka)
     spark.stop()
@@ -138,6 +183,8 @@ def write_archive(output: Path, *, kafka: bool) -> None:
     process.wait(timeout=DUMP_TIMEOUT_S)
     if not partial.is_file():
         raise RuntimeError(f"the JVM wrote no archive {partial} (exit status {process.returncode})")
+    classpath_file(partial).write_text(recorded + "\n")
+    classpath_file(partial).replace(classpath_file(output))
     partial.replace(output)
 
 

@@ -6,8 +6,12 @@ argument ``executor`` and their settings in ``SPARK_*`` variables (the contract 
 image entry point). This module turns those variables into the executor JVM's command line and
 replaces the process with it, so the JVM receives the pod's signals directly.
 
-Building the command is pure (``executor_argv``); ``main`` only looks up Java and the jars and
-calls ``execv``.
+The JVM maps the driver's class-data-sharing archive when the image has one
+(:mod:`sluice_runtime.classdata`): its class path starts with the one the archive was written
+with, and Spark's configuration directory and the connector jars follow.
+
+Building the command is pure (``executor_argv``); ``main`` only looks up Java, the jars and the
+archive and calls ``execv``.
 """
 
 from __future__ import annotations
@@ -18,6 +22,8 @@ import re
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+
+from sluice_runtime import classdata
 
 MAIN_CLASS = "org.apache.spark.scheduler.cluster.k8s.KubernetesExecutorBackend"
 
@@ -49,9 +55,11 @@ def java_options(env: Mapping[str, str]) -> list[str]:
     return [value for _, value in sorted(numbered)]
 
 
-def classpath(env: Mapping[str, str], spark_jars_dir: Path) -> str:
-    """Spark's configuration directory, the image's Spark jars, then the connector jars."""
-    parts: list[str] = []
+def classpath(env: Mapping[str, str], spark_jars_dir: Path, first: str = "") -> str:
+    """``first`` (an archive's recorded class path), Spark's configuration directory, the image's
+    Spark jars, then the connector jars. (No Spark jar holds a resource of the configuration
+    directory's, such as ``log4j2.properties``: the directory may come after them.)"""
+    parts: list[str] = [entry for entry in first.split(":") if entry]
     if env.get("SPARK_CONF_DIR"):
         parts.append(env["SPARK_CONF_DIR"])
     if env.get("SPARK_CLASSPATH"):
@@ -65,19 +73,23 @@ def classpath(env: Mapping[str, str], spark_jars_dir: Path) -> str:
     return ":".join(parts)
 
 
-def executor_argv(env: Mapping[str, str], *, java: str, spark_jars_dir: Path) -> list[str]:
-    """The executor JVM's command line, from the variables Spark put on the executor pod."""
+def executor_argv(
+    env: Mapping[str, str], *, java: str, spark_jars_dir: Path,
+    archive: classdata.SharedArchive | None = None,
+) -> list[str]:
+    """The executor JVM's command line, from the variables Spark put on the executor pod; with
+    ``archive``, one that maps it."""
     missing = [name for name, _ in REQUIRED if not env.get(name)]
     if missing:
         raise ExecutorConfigError(
             f"missing {', '.join(missing)}: `sluice-runtime executor` runs in executor pods that "
             "Spark's Kubernetes scheduler creates, which set these variables"
         )
-    argv = [java, *java_options(env)]
+    argv = [java, *(classdata.use_options(archive.path) if archive else []), *java_options(env)]
     memory = env.get("SPARK_EXECUTOR_MEMORY")
     if memory:
         argv += [f"-Xms{memory}", f"-Xmx{memory}"]
-    argv += ["-cp", classpath(env, spark_jars_dir), MAIN_CLASS]
+    argv += ["-cp", classpath(env, spark_jars_dir, archive.classpath if archive else ""), MAIN_CLASS]
     for name, flag in REQUIRED:
         argv += [flag, env[name]]
     return argv
@@ -104,7 +116,8 @@ def main(argv: Sequence[str] = (), env: Mapping[str, str] | None = None) -> int:
         print(f"sluice-runtime executor: unexpected arguments {list(argv)}", file=sys.stderr)
         return 2
     try:
-        command = executor_argv(env, java=find_java(env), spark_jars_dir=spark_jars_dir())
+        command = executor_argv(env, java=find_java(env), spark_jars_dir=spark_jars_dir(),
+                                archive=classdata.find(env))
     except ExecutorConfigError as exc:
         print(f"sluice-runtime executor: {exc}", file=sys.stderr)
         return 2

@@ -188,6 +188,10 @@ def test_executors_created_by_spark_s_kubernetes_scheduler_run_a_stateful_query(
     assert driver is not None
     for pod in executors:  # owned by the driver pod: they go when it goes
         assert [o["uid"] for o in pod["metadata"]["ownerReferences"]] == [driver["metadata"]["uid"]]
+        # and their JVMs map the image's class-data-sharing archive, as the driver's does
+        mapping = cluster.kubectl("exec", "-n", ns, pod["metadata"]["name"], "--", "sh", "-c",
+                                  "grep -l /opt/sluice/spark-driver.jsa /proc/[0-9]*/maps || true")
+        assert mapping.strip(), cluster.kubectl("logs", "-n", ns, pod["metadata"]["name"], check=False)
 
     def latest(want: dict[str, tuple[int, int]]) -> dict[str, tuple[int, int]] | None:
         seen = {r["shop"]: (r["orders"], r["total"])

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from sluice_runtime import executor
+from sluice_runtime import classdata, executor
 
 POD_ENV = {
     "SPARK_DRIVER_URL": "spark://CoarseGrainedScheduler@127.20.0.5:7078",
@@ -70,3 +70,24 @@ def test_java_comes_from_java_home_when_it_has_one(tmp_path: Path) -> None:
 def test_the_installed_pyspark_ships_the_kubernetes_backend() -> None:
     jars = executor.spark_jars_dir()
     assert any(p.name.startswith("spark-kubernetes_") for p in jars.glob("*.jar")), jars
+
+
+def test_with_the_driver_s_archive_the_class_path_starts_with_the_one_it_was_written_with() -> None:
+    """A JVM uses an archive's classes only when its class path starts with the archive's: the
+    recorded one first, then the pod's own entries as without an archive."""
+    archive = classdata.SharedArchive(Path("/opt/sluice/spark-driver.jsa"),
+                                      "/py/pyspark/conf:/py/pyspark/jars/a.jar:/py/pyspark/jars/b.jar")
+    argv = executor.executor_argv(POD_ENV, java="java", spark_jars_dir=Path("/py/pyspark/jars"),
+                                  archive=archive)
+    # the archive's option first: an option of the pod's own (spark.executor.extraJavaOptions) wins
+    assert argv[1] == "-XX:SharedArchiveFile=/opt/sluice/spark-driver.jsa"
+    assert argv[2:5] == ["-Djava.net.preferIPv6Addresses=false",
+                         "--add-opens=java.base/java.nio=ALL-UNNAMED", "-Dspark.driver.port=7078"]
+    cp = argv[argv.index("-cp") + 1].split(":")
+    assert cp == ["/py/pyspark/conf", "/py/pyspark/jars/a.jar", "/py/pyspark/jars/b.jar",
+                  "/opt/spark/conf", "/py/pyspark/jars/*", "/cache/a.jar", "/cache/b.jar"]
+
+
+def test_without_an_archive_nothing_names_one() -> None:
+    argv = executor.executor_argv(POD_ENV, java="java", spark_jars_dir=Path("/py/pyspark/jars"))
+    assert not [a for a in argv if a.startswith(classdata.ARCHIVE_FLAGS)]
