@@ -110,10 +110,17 @@ def decoded_field(reader_schema: str) -> str:
     return DECODED
 
 
+def is_record(reader_schema: str) -> bool:
+    """Is the schema a record (a key may be a single value instead: ``"long"``)?"""
+    schema = json.loads(reader_schema)
+    return isinstance(schema, dict) and schema.get("type") == "record"
+
+
 def reader_for(reader_schema: str) -> str:
     """The reader schema ``from_avro`` is given: the pinned one, with :data:`DECODED` added when
-    every field of it can be null (:func:`decoded_field`)."""
-    if decoded_field(reader_schema) != DECODED:
+    every field of a record can be null (:func:`decoded_field`); a schema that is no record (a
+    key's ``"long"``, which cannot be null) as it is: it decodes to null only when it fails."""
+    if not is_record(reader_schema) or decoded_field(reader_schema) != DECODED:
         return reader_schema
     return reader_with_marker(reader_schema)
 

@@ -7,8 +7,10 @@ column as text and several as a JSON object, as before the field):
 * ``string``, ``kafka:string``: UTF-8 text.
 * ``json``: a JSON object (``from_json``/``to_json``).
 * ``avro``: the Confluent wire format: a source decodes with the writer schemas of the key subject
-  resolved against the pinned ``keySchema`` (:func:`sluice_runtime.avro.decode`); a sink writes
-  ``to_avro`` behind the header of ``SLUICE_SINK_KEY_SCHEMA_ID``.
+  resolved against the pinned ``keySchema`` (:func:`sluice_runtime.avro.decode`): a record into its
+  fields, a schema that is no record (``"long"``, as Confluent's serializer writes a ``Long`` key)
+  into the one key column; a sink writes ``to_avro`` behind the header of
+  ``SLUICE_SINK_KEY_SCHEMA_ID``.
 * ``kafka:long``, ``kafka:int``, ``kafka:short``, ``kafka:double``, ``kafka:float``: Kafka's
   ``LongSerializer`` (8 bytes), ``IntegerSerializer`` (4 bytes), ``ShortSerializer`` (2 bytes),
   ``DoubleSerializer`` (8 bytes IEEE 754), ``FloatSerializer`` (4 bytes IEEE 754), all big-endian. The
@@ -138,11 +140,17 @@ def _tag_avro(step: KafkaSourceV1, df: DataFrame, ctx: BuildContext) -> tuple[Da
         raise avro.AvroConfigError(f"source {step.source}: keyFormat avro without a keySchema in the plan")
     writers = ctx.avro.writer_schemas(schema)
     df = avro.wire_columns(df, "key", KEY_WIRE_OK, KEY_SCHEMA_ID)
-    df = df.withColumn(KEY_PARSED, avro.decode(writers, schema.schema_, "key", KEY_WIRE_OK, KEY_SCHEMA_ID))
+    decoded = avro.decode(writers, schema.schema_, "key", KEY_WIRE_OK, KEY_SCHEMA_ID)
+    if avro.is_record(schema.schema_):
+        check = avro.decoded_field(schema.schema_)
+    else:  # one value (the compiler allows no union with null): the key's one column
+        check = (step.key_columns or [])[0].name
+        decoded = F.struct(decoded.alias(check))
+    df = df.withColumn(KEY_PARSED, decoded)
     key = F.col("key")
     unknown = F.col(KEY_WIRE_OK) & ~F.col(KEY_SCHEMA_ID).isin(sorted(writers))
     bad = key.isNotNull() & (~F.col(KEY_WIRE_OK) | F.col(KEY_PARSED).isNull()
-                             | F.col(f"{KEY_PARSED}.`{avro.decoded_field(schema.schema_)}`").isNull())
+                             | F.col(f"{KEY_PARSED}.`{check}`").isNull())
     failed = avro.unknown_id_error(schema.subject, writers, KEY_SCHEMA_ID)
     pinned = f"version {schema.version}, id {schema.id}" if schema.id is not None else "pinned"
     reason = F.when(~F.col(KEY_WIRE_OK), F.lit(

@@ -179,6 +179,58 @@ def test_join_on_avro_key_fields(spark: Any, kafka: str, schema_registry: Schema
         json.dumps({"order_id": r["order_id"]}, separators=compact).encode() for r in expected)
 
 
+def test_primitive_avro_keys_read_with_the_pinned_schema_across_writer_versions(
+    spark: Any, kafka: str, schema_registry: SchemaRegistry, tmp_path: Path,
+) -> None:
+    """Confluent's serializer writes an ``Integer`` or ``Long`` key with a primitive schema. The key
+    subject has ``"int"`` then ``"long"``: keys written with either are read as the one declared
+    key column with the pinned reader (``"long"``, Avro's promotion of an int); a key not in the wire
+    format is dead-lettered with its reason; a null key gives a null column."""
+    client = schema_registry.client()
+    src, out, dlq = unique("devices"), unique("out"), unique("dlq")
+    create_topic(kafka, src)
+    ctx = SerializationContext(src, MessageField.KEY)
+    # each producer writes with the subject's latest version at the time, and its id
+    registered = {"auto.register.schemas": False, "use.latest.version": True}
+
+    def written(schema: str, keys: list[int], first: int) -> list[tuple[bytes | None, bytes]]:
+        # a client of its own: a client caches the latest version it has seen
+        serializer = AvroSerializer(schema_registry.client(), schema, conf=registered)
+        return [(serializer(k, ctx), json.dumps({"v": float(first + i)}).encode())
+                for i, k in enumerate(keys)]
+
+    register_avro(client, f"{src}-key", '"int"')
+    records = written('"int"', [1, -7], 0)  # producers on the first version, then on the second
+    reader = register_avro(client, f"{src}-key", '"long"')
+    records += written('"long"', [2**40, 1], 2)
+    writer_ids = {struct.unpack(">bI", k[:5])[1] for k, _ in records}
+    assert len(writer_ids) == 2 and reader.id in writer_ids  # two writer schemas, the newer pinned
+    _produce(kafka, src, [*records, (b"not-avro", b'{"v": 9.0}'), (None, b'{"v": 10.0}')])
+    spec = f"""\
+  shufflePartitions: 2
+  sources:
+    - name: readings
+      topic: {src}
+      keyFormat: avro
+      keySchema: [{{name: device, type: bigint}}]
+      schema: [{{name: v, type: double}}]
+      malformed: {{policy: deadLetter, topic: {dlq}}}
+  sql: SELECT device, v FROM readings
+  sink: {{topic: {out}, key: [device], keyFormat: "kafka:long"}}
+"""
+    plan = _plan(spec, reader)
+    step = plan.steps[0]
+    assert step.key_schema == reader and [(c.name, c.type) for c in step.key_columns or []] == [
+        ("device", "bigint")]
+    _run(spark, plan, kafka, tmp_path / "c", _settings(schema_registry))
+    got = sorted(((r.get("device"), r["v"]) for r in consume_json(kafka, out, expect=5)), key=_order)
+    assert got == sorted([(1, 0.0), (-7, 1.0), (2**40, 2.0), (1, 3.0), (None, 10.0)], key=_order)
+    dead = consume(kafka, dlq, expect=1)
+    assert [key for key, _, _ in dead] == [b"not-avro"]
+    assert dict(dead[0][2])["sluice.error"].decode() == (
+        "record key is not in the Confluent wire format (magic byte 0, a 4-byte schema id, Avro binary)")
+
+
 def _float32(value: float) -> float:
     """``value`` as a Java float (a JSON float is written in its shortest text, read back as a double)."""
     return float(struct.unpack(">f", struct.pack(">f", value))[0])

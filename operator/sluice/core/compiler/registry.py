@@ -121,16 +121,44 @@ def _resolve(source: Source, schema: RegistrySchema, where: str
 
 
 def _resolve_key(source: Source, schema: RegistrySchema, where: str) -> tuple[Source, list[Problem]]:
-    """An avro key's columns: the fields of its record schema, or the declared subset of them."""
+    """An avro key's columns: the fields of its record schema, or the declared subset of them; a
+    key of another schema (``"long"``, ``"string"``, ...) is one column, declared in ``keySchema``."""
     try:
-        fields = avro.columns(avro.parse(schema.schema_, "key"), "key")
+        mapped = avro.to_spark(avro.parse(schema.schema_, "key"), "key")
     except avro.AvroTypeError as exc:
         return source, [Problem(f"source '{source.name}': the key schema of {_describe(schema)} has no Spark "
-                                f"columns (a key read as columns is a record): {exc}",
-                                field=f"{where}.keyFormat")]
+                                f"type: {exc}", field=f"{where}.keyFormat")]
+    if mapped.spark.name != "struct":
+        return source, _primitive_key_problems(source, mapped, schema, where)
+    fields = [FieldSpec(name=f.name, type=f.type.ddl) for f in mapped.fields]
     if source.key_schema is not None:
         return source, _declared_problems(source, fields, schema, where, key=True)
     return source.model_copy(update={"key_schema": [Column(name=f.name, type=f.type) for f in fields]}), []
+
+
+def _primitive_key_problems(source: Source, mapped: avro.SqlType, schema: RegistrySchema, where: str
+                            ) -> list[Problem]:
+    """A key whose Avro schema is no record (``"long"``): one value, read as the one key column the
+    source declares, of the schema's Spark type; a union with null is refused (a key that decodes to
+    null could not be told from one that does not decode)."""
+    if mapped.nullable:
+        return [Problem(f"source '{source.name}': the key schema of {_describe(schema)} is a union with null "
+                        f"({mapped.ddl} or null); a key that is not a record is read only from a schema "
+                        "that cannot be null", field=f"{where}.keyFormat")]
+    declared = source.key_schema or []
+    if len(declared) != 1:
+        return [Problem(f"source '{source.name}': the key schema of {_describe(schema)} is not a record but "
+                        f"one {mapped.ddl} value: declare its column in keySchema (one column of type "
+                        f"{mapped.ddl}, the name yours)", field=f"{where}.keySchema")]
+    try:
+        wanted = normalize_type(declared[0].type)
+    except TypeParseError:
+        return []  # reported as the column's type problem
+    if wanted == mapped.ddl:
+        return []
+    return [Problem(f"source '{source.name}': key column '{declared[0].name}' is declared as {wanted}, but "
+                    f"the key schema of {_describe(schema)} is {mapped.ddl}",
+                    field=f"{where}.keySchema[0].type")]
 
 
 def resolve_keys(spec: QuerySpec, schemas: Mapping[str, RegistrySchema]) -> Resolved:

@@ -90,12 +90,57 @@ def test_a_missing_avro_key_schema_names_the_key_format() -> None:
     assert caught.value.problems[0].field == "spec.sources[0].keyFormat"
 
 
-def test_a_primitive_avro_key_is_refused() -> None:
-    primitive = KEY_SCHEMA.model_copy(update={"schema_": '"long"'})
+def primitive_key(text: str) -> RegistrySchema:
+    return KEY_SCHEMA.model_copy(update={"schema_": text})
+
+
+@pytest.mark.parametrize(("schema", "typ"), [
+    ('"long"', "bigint"), ('"string"', "string"), ('"int"', "int"), ('"bytes"', "binary"),
+    ('{"type": "long", "logicalType": "timestamp-millis"}', "timestamp"),
+    ('{"type": "enum", "name": "Region", "symbols": ["EU", "US"]}', "string"),
+])
+def test_a_primitive_avro_key_is_the_one_key_column_declared(schema: str, typ: str) -> None:
+    """Confluent's serializer writes a primitive key (a ``String`` or ``Long``) with a schema such as
+    ``"long"``: one value, read as the source's one declared key column."""
+    query = spec({"keyFormat": "avro", "keySchema": [{"name": "customer_id", "type": typ}]})
+    step = source(compile_query(query, CompileTarget(schemas={"orders-key": primitive_key(schema)})))
+    assert [(c.name, c.type) for c in step.key_columns or []] == [("customer_id", typ)]
+    assert step.key_schema == primitive_key(schema)
+    assert [(f.name, f.type) for f in step.schema_] == [("customer_id", typ), ("amount", "double")]
+
+
+def test_a_primitive_avro_key_needs_its_column_declared() -> None:
     with pytest.raises(CompileError) as caught:
-        compile_query(spec({"keyFormat": "avro"}), CompileTarget(schemas={"orders-key": primitive}))
+        compile_query(spec({"keyFormat": "avro"}),
+                      CompileTarget(schemas={"orders-key": primitive_key('"long"')}))
+    assert [(p.field, p.message) for p in caught.value.problems] == [(
+        "spec.sources[0].keySchema",
+        "source 'orders': the key schema of subject 'orders-key' (version 2, id 5) is not a record but one "
+        "bigint value: declare its column in keySchema (one column of type bigint, the name yours)")]
+
+
+def test_a_primitive_avro_key_column_of_another_type() -> None:
+    query = spec({"keyFormat": "avro", "keySchema": [{"name": "customer_id", "type": "int"}]})
+    with pytest.raises(CompileError) as caught:
+        compile_query(query, CompileTarget(schemas={"orders-key": primitive_key('"long"')}))
+    assert [p.field for p in caught.value.problems] == ["spec.sources[0].keySchema[0].type"]
+    assert "declared as int, but the key schema of subject 'orders-key'" in caught.value.problems[0].message
+
+
+def test_a_primitive_avro_key_that_can_be_null_is_refused() -> None:
+    query = spec({"keyFormat": "avro", "keySchema": [{"name": "customer_id", "type": "bigint"}]})
+    with pytest.raises(CompileError) as caught:
+        compile_query(query, CompileTarget(schemas={"orders-key": primitive_key('["null", "long"]')}))
     assert caught.value.problems[0].field == "spec.sources[0].keyFormat"
-    assert "not a record" in caught.value.problems[0].message
+    assert "a union with null" in caught.value.problems[0].message
+
+
+def test_an_avro_key_schema_without_a_spark_type_names_the_key_format() -> None:
+    with pytest.raises(CompileError) as caught:
+        compile_query(spec({"keyFormat": "avro", "keySchema": [{"name": "k", "type": "string"}]}),
+                      CompileTarget(schemas={"orders-key": primitive_key('"null"')}))
+    assert caught.value.problems[0].field == "spec.sources[0].keyFormat"
+    assert "has no Spark type" in caught.value.problems[0].message
 
 
 @pytest.mark.parametrize(("fmt", "typ"), [("kafka:long", "bigint"), ("kafka:int", "int"),
