@@ -11,8 +11,8 @@ the pod IPs: the host reaches them through the node's bridge (under kind, only w
 kind's pod network).
 
 The rules are ``charts/sluice/files/alerts.yaml``, expressions verbatim. Only the ``for:`` of
-``SluiceQueryNotProgressing`` is rewritten in the test's copy, from 10m to 40s: longer than the
-query's trigger interval (20 s), so that a driver between two batches never fires.
+``SluiceQueryNotProgressing`` is rewritten in the test's copy, from 10m to 20s: longer than the
+query's trigger interval (10 s), so that a driver between two batches never fires.
 
 The rule joins a driver's lag (``> 0``), ``changes(sluice_last_committed_batch_id[15m]) == 0``
 and ``sluice_query_active == 1`` on (namespace, pod, query). A driver that committed two batches
@@ -30,7 +30,7 @@ when it hangs; a batch run again from the offset log after a fail-over reports n
 Healthy first: the first driver's batch id changes in Prometheus, its lag and the operator's
 ``sluice_operator_query_phase`` carry the query's namespace and name, nothing fires and the
 alert is not pending. Then the stall: the alert fires for the main Spark query with the query's
-namespace and name, the hung pod and the Spark query (about 40 s after the stop); resumed
+namespace and name, the hung pod and the Spark query (about 20 s after the stop); resumed
 (SIGCONT), the driver commits and the alert resolves.
 """
 
@@ -59,12 +59,12 @@ pytestmark = pytest.mark.e2e
 RULES = Path(__file__).resolve().parents[2] / "charts" / "sluice" / "files" / "alerts.yaml"
 ALERT = "SluiceQueryNotProgressing"
 #: the test's ``for:`` of the alert (the chart's: 10m), longer than the trigger interval
-ALERT_FOR = "40s"
+ALERT_FOR = "20s"
 QUERY = "feed"  # test_standby.ready_standby's query
-TRIGGER_SECONDS = 20
+TRIGGER_SECONDS = 10
 #: input records per second, and the rate limit per batch (a second's worth is 1 / TRIGGER_SECONDS
 #: of it): the query falls behind, 1 record/s, so that every batch reports a lag above 0
-RATE, MAX_OFFSETS_PER_TRIGGER = 2.0, 20
+RATE, MAX_OFFSETS_PER_TRIGGER = 2.0, 10
 OPERATOR_NAMESPACE = "sluice-system"
 #: the driver pods the chart's PodMonitor selects
 DRIVERS = "app.kubernetes.io/component=driver,app.kubernetes.io/managed-by=sluice-operator"
