@@ -162,10 +162,15 @@ def _tag_avro(step: KafkaSourceV1, df: DataFrame, ctx: BuildContext) -> tuple[Da
     return df.withColumn(KEY_BAD, F.when(unknown, failed).otherwise(F.coalesce(bad, F.lit(False)))), reason
 
 
+def fields_by_sql_name(step: KafkaSourceV1) -> dict[str, str]:
+    """The key's fields by their column names in the step's schema (``keyPrefix`` before them)."""
+    return {f"{step.key_prefix or ''}{c.name}": c.name for c in step.key_columns or []}
+
+
 def column(step: KafkaSourceV1, df: DataFrame, name: str) -> Column:
-    """The key column ``name`` of a tagged frame, as the plan types it."""
+    """The key field ``name`` of a tagged frame, as the plan types it, named as in the step's schema."""
     types = {c.name: c.type for c in step.key_columns or []}
-    return df[f"{KEY_PARSED}.`{name}`"].cast(types[name]).alias(name)
+    return df[f"{KEY_PARSED}.`{name}`"].cast(types[name]).alias(f"{step.key_prefix or ''}{name}")
 
 
 def encode(step: KafkaSinkV1, key_schema_id: int | None = None) -> Column:

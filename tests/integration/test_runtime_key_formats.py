@@ -231,6 +231,32 @@ def test_primitive_avro_keys_read_with_the_pinned_schema_across_writer_versions(
         "record key is not in the Confluent wire format (magic byte 0, a 4-byte schema id, Avro binary)")
 
 
+def test_a_key_prefix_reads_a_key_field_beside_the_value_field_of_the_same_name(
+    spark: Any, kafka: str, tmp_path: Path,
+) -> None:
+    """A Debezium-style topic: the key holds the row's primary key, which the value holds too (and a
+    tombstone-like record whose value's id differs shows which column is which)."""
+    src, out = unique("rows"), unique("out")
+    create_topic(kafka, src)
+    _produce(kafka, src, [(json.dumps({"id": i}).encode(),
+                           json.dumps({"id": i * 10, "name": f"n{i}"}).encode()) for i in range(3)])
+    spec = f"""\
+  sources:
+    - name: rows
+      topic: {src}
+      keyFormat: json
+      keyPrefix: key_
+      keySchema: [{{name: id, type: bigint}}]
+      schema: [{{name: id, type: bigint}}, {{name: name, type: string}}]
+  sql: SELECT key_id, id, name FROM rows
+  sink: {{topic: {out}, key: [key_id], keyFormat: "kafka:long"}}
+"""
+    _run(spark, _plan(spec), kafka, tmp_path / "c", None)
+    rows = sorted(consume_json(kafka, out, expect=3), key=lambda r: r["key_id"])
+    assert rows == [{"key_id": i, "id": i * 10, "name": f"n{i}"} for i in range(3)]
+    assert sorted(struct.unpack(">q", k)[0] for k, _, _ in consume(kafka, out, expect=3)) == [0, 1, 2]
+
+
 def _float32(value: float) -> float:
     """``value`` as a Java float (a JSON float is written in its shortest text, read back as a double)."""
     return float(struct.unpack(">f", struct.pack(">f", value))[0])

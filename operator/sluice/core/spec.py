@@ -127,6 +127,12 @@ class Source(SpecModel):
                     "kafka:double double, kafka:float float, kafka:bytes binary, kafka:string and kafka:uuid "
                     "string); json: the object's fields; avro: absent, the fields of the key "
                     "subject's record schema, or a subset of them.")
+    key_prefix: str | None = Field(
+        default=None, min_length=1, max_length=64, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$",
+        description="A prefix of the key's column names in SQL (Flink's key.fields-prefix), for a key whose "
+                    "fields have the names of value columns (a key 'id' and a value 'id': with 'key_', the "
+                    "key's is key_id). keySchema names the key's own fields, without it. Only for a source "
+                    "that reads its key.")
     event_time: EventTime | None = Field(default=None, description="Event-time column and watermark.")
     starting_offsets: Literal["earliest", "latest"] = Field(
         default="earliest", description="Where a new query starts reading."
@@ -173,6 +179,9 @@ class Source(SpecModel):
         if wanted is not None and (self.key_schema is not None or self.key_format != "string"):
             if self.key_schema is None or len(self.key_schema) != 1:
                 raise ValueError(f"keySchema: a {self.key_format} key is one column (of type {wanted})")
+        if self.key_prefix is not None and not self.reads_key:
+            raise ValueError("keyPrefix: this source does not read its key (a string key without keySchema); "
+                             "set keyFormat or keySchema, or remove keyPrefix")
         return self
 
     @property
@@ -182,8 +191,13 @@ class Source(SpecModel):
 
     @property
     def key_columns(self) -> list[Column]:
-        """The declared key columns (an avro key's come from the registry when none are declared)."""
+        """The declared key columns (an avro key's come from the registry when none are declared),
+        by the key's own field names."""
         return list(self.key_schema or [])
+
+    def key_sql_name(self, name: str) -> str:
+        """The name in SQL of the key's field ``name`` (with ``keyPrefix``)."""
+        return f"{self.key_prefix or ''}{name}"
 
     @property
     def key_registry_subject(self) -> str | None:

@@ -236,15 +236,24 @@ _KEY_FORMAT = _Meaning(
 )
 
 
+_KEY_PREFIX = _Meaning(
+    "data-selection",
+    f"; the key's columns have other names in SQL, the keys are read the same way (what uses the "
+    f"columns is reported separately). {IN_PLACE_ROWS}",
+)
+
+
 def _key_format(ctx: Ctx, old: Any, new: Any) -> set[str]:
     """A source's or sink's key format (absent: a string key, not read by a source); a source's key
-    columns, when the format stays, as its value columns."""
+    columns, when the format stays, as its value columns, and the prefix of their names in SQL."""
     _compare(ctx, new.id, "keyFormat", old.key_format or "string", new.key_format or "string",
              "record key format", _KEY_FORMAT)
     if not hasattr(new, "key_columns") or old.key_format != new.key_format or new.key_format is None:
         return {"key_format"}
     _source_columns(ctx, old, new, key=True)
-    return {"key_format", "key_columns"}
+    _compare(ctx, new.id, "keyPrefix", old.key_prefix or "", new.key_prefix or "", "key column prefix",
+             _KEY_PREFIX)
+    return {"key_format", "key_columns", "key_prefix"}
 
 
 def _key_reader_schema(ctx: Ctx, old: Any, new: Any) -> set[str]:

@@ -3,8 +3,10 @@ a sink writes its key columns in.
 
 A source whose key is read (any ``keyFormat`` but ``string``, or a ``string`` key with ``keySchema``)
 has the key's columns before the value's: ``SELECT *`` gives them first, as ksqlDB's key columns. A key
-column and a value column of the same name (compared without case, as Spark SQL does) are refused,
-naming the key column: the columns of one source share one namespace. A ``string`` key without
+column and a value column of the same name in SQL (compared without case, as Spark SQL does) are
+refused, naming the key column: the columns of one source share one namespace. ``keyPrefix`` puts a
+prefix before the key columns' names in SQL (Flink's ``key.fields-prefix``); the plan's ``keyColumns``
+keep the key's own field names. A ``string`` key without
 ``keySchema`` is not read, and its plan is what it was before the field existed.
 
 A sink's key columns are written as before for ``string`` (one column as text, several as a JSON
@@ -65,11 +67,14 @@ def key_problems(source: Source, where: str) -> list[Problem]:
                 f"key column '{column.name}' is declared twice in source '{source.name}'",
                 field=f"{at}.name"))
         seen.add(name)
-        if name in values:
+        in_sql = source.key_sql_name(column.name)
+        if in_sql.lower() in values:
+            named = f"'{column.name}'" if in_sql == column.name else f"'{column.name}' ('{in_sql}' in SQL)"
             problems.append(Problem(
-                f"source '{source.name}': key column '{column.name}' has the name of a value column; the "
-                "key's and the value's columns share one namespace in SQL (declare the value's columns "
-                "without it, or give the key column another name)", field=f"{at}.name"))
+                f"source '{source.name}': key column {named} has the name of a value column; the key's "
+                "and the value's columns share one namespace in SQL (set keyPrefix, e.g. 'key_', to "
+                "prefix the key's column names, or declare the value's columns without it)",
+                field=f"{at}.name"))
         declared = _normalized(column.type)
         if declared is None:
             problems.append(Problem(f"key column '{column.name}': {column.type!r} is not a Spark SQL type",

@@ -207,7 +207,8 @@ class Planner:
             return self.state.sources[key]
         values = [Field(c.name, parse_type(c.type)) for c in source.columns]
         key_fields = [Field(c.name, parse_type(c.type)) for c in source.key_columns]
-        fields = key_fields + values  # the key's columns first, as ksqlDB's key columns
+        # the key's columns first, as ksqlDB's key columns, by their names in SQL (keyPrefix)
+        fields = [Field(source.key_sql_name(f.name), f.type) for f in key_fields] + values
         malformed = source.malformed
         topic = malformed.topic
         if malformed.policy == "deadLetter" and not topic:
@@ -225,6 +226,7 @@ class Planner:
                 key_format=plan_key_format(source),
                 key_columns=field_specs(key_fields) if source.reads_key else None,
                 key_schema=self.key_schemas.get(key),
+                key_prefix=source.key_prefix,
                 starting_offsets=source.starting_offsets,
                 max_offsets_per_trigger=source.max_offsets_per_trigger or DEFAULT_MAX_OFFSETS_PER_TRIGGER,
                 min_partitions=source.min_partitions,

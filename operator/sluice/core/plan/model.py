@@ -108,6 +108,9 @@ class KafkaSourceV1(StepBase):
         default=None, description="The record key's columns (before the value's in the step's schema).")
     key_schema: RegistrySchema | None = Field(
         default=None, description="avro key: the key's reader schema pinned from the registry.")
+    key_prefix: str | None = Field(
+        default=None, description="The prefix of the key columns' names in the step's schema (keyColumns "
+        "name the key's own fields). Absent: none.")
     starting_offsets: Literal["earliest", "latest"] = "earliest"
     max_offsets_per_trigger: int | None = Field(
         default=None, description="At most this many records per micro-batch (Spark's maxOffsetsPerTrigger). "

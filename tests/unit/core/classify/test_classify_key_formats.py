@@ -56,3 +56,21 @@ def test_a_new_sink_key_subject_is_data_selection() -> None:
     decision = classify(plan(keyFormat="avro"), plan(keyFormat="avro", keySubject="totals-key"))
     assert (decision.category, decision.decision) == ("data-selection", "in-place")
     assert [c.field for c in decision.changes] == ["keySchema.subject"]
+
+
+def test_a_key_prefix_is_data_selection() -> None:
+    """The key's columns renamed in SQL (the SQL renamed with them): the keys are read the same way."""
+    def prefixed(prefix: str | None) -> Plan:
+        extra = {"keyPrefix": prefix} if prefix else {}
+        query = QuerySpec.model_validate({
+            "sources": [{"name": "orders", "topic": "orders",
+                         "schema": [{"name": "amount", "type": "double"}], "keyFormat": "json",
+                         "keySchema": [{"name": "customer", "type": "string"}], **extra}],
+            "sql": f"SELECT {prefix or ''}customer AS customer, amount FROM orders",
+            "sink": {"topic": "out", "key": ["customer"]}})
+        return compile_query(query)
+
+    decision = classify(prefixed(None), prefixed("key_"))
+    assert (decision.category, decision.decision) == ("data-selection", "in-place")
+    [change] = [c for c in decision.changes if c.field == "keyPrefix"]
+    assert (change.old, change.new) == ("", "key_") and "key column prefix" in change.message

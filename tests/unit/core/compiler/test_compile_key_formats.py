@@ -265,3 +265,52 @@ def test_bad_key_fields_name_the_field(source_or_sink: str, fields: dict[str, An
     with pytest.raises(ValidationError) as caught:
         spec(fields) if source_or_sink == "source" else spec(**fields)
     assert words in str(caught.value)
+
+
+def test_a_key_prefix_names_the_key_columns_in_sql_beside_value_columns_of_the_same_name() -> None:
+    """A key field with the name of a value column (Debezium's keys hold the row's primary key, which
+    the value holds too): with ``keyPrefix`` the key's is another column in SQL."""
+    values = [{"name": "customer_id", "type": "bigint"}, {"name": "amount", "type": "double"}]
+    query = spec({"keyFormat": "avro", "keyPrefix": "key_", "schema": values},
+                 "SELECT key_customer_id, customer_id, key_region, amount FROM orders "
+                 "WHERE key_region = 'eu'")
+    plan = compile_(query)
+    step = source(plan)
+    assert [(f.name, f.type) for f in step.schema_] == [
+        ("key_customer_id", "bigint"), ("key_region", "string"), ("customer_id", "bigint"),
+        ("amount", "double")]
+    # the plan's key columns are the key's own fields; the prefix is the step's
+    assert [c.name for c in step.key_columns or []] == ["customer_id", "region"]
+    assert step.key_prefix == "key_"
+    assert [c.name for c in plan.output_schema] == ["key_customer_id", "customer_id", "key_region", "amount"]
+    # keySchema names the key's own fields, not the prefixed names
+    subset = compile_(spec({"keyFormat": "avro", "keyPrefix": "k_",
+                            "keySchema": [{"name": "region", "type": "string"}]},
+                           "SELECT k_region FROM orders"))
+    assert [c.name for c in subset.output_schema] == ["k_region"]
+
+
+def test_a_prefixed_key_column_that_still_has_a_value_column_s_name() -> None:
+    found = problems(spec({"keyFormat": "json", "keyPrefix": "key_", "keySchema": [{"name": "amount",
+                                                                                    "type": "double"}],
+                           "schema": [{"name": "key_amount", "type": "double"}]}, "SELECT * FROM orders"))
+    assert found == [("spec.sources[0].keySchema[0].name",
+                      "source 'orders': key column 'amount' ('key_amount' in SQL) has the name of a value "
+                      "column; the key's and the value's columns share one namespace in SQL (set keyPrefix, "
+                      "e.g. 'key_', to prefix the key's column names, or declare the value's columns "
+                      "without it)")]
+
+
+@pytest.mark.parametrize(("source_fields", "message"), [
+    ({"keyPrefix": "key_"}, "keyPrefix: this source does not read its key"),
+    ({"keyFormat": "json", "keySchema": [{"name": "k", "type": "string"}], "keyPrefix": "key-"},
+     "String should match pattern"),
+])
+def test_a_key_prefix_is_checked(source_fields: dict[str, Any], message: str) -> None:
+    with pytest.raises(ValidationError, match=message):
+        spec(source_fields)
+
+
+def test_a_plan_without_key_prefix_has_none() -> None:
+    plan = compile_(spec({"keyFormat": "avro"}))
+    assert source(plan).key_prefix is None and "keyPrefix" not in plan.canonical_json()
