@@ -11,6 +11,8 @@ column as text and several as a JSON object, as before the field):
   fields, a schema that is no record (``"long"``, as Confluent's serializer writes a ``Long`` key)
   into the one key column; a sink writes ``to_avro`` behind the header of
   ``SLUICE_SINK_KEY_SCHEMA_ID``.
+* ``protobuf`` (sources): the Confluent wire format decoded with the pinned descriptor's message, as a
+  protobuf value is (:func:`sluice_runtime.protobuf.decode`).
 * ``kafka:long``, ``kafka:int``, ``kafka:short``, ``kafka:double``, ``kafka:float``: Kafka's
   ``LongSerializer`` (8 bytes), ``IntegerSerializer`` (4 bytes), ``ShortSerializer`` (2 bytes),
   ``DoubleSerializer`` (8 bytes IEEE 754), ``FloatSerializer`` (4 bytes IEEE 754), all big-endian. The
@@ -35,7 +37,7 @@ from typing import TYPE_CHECKING, Final
 
 from sluice.core.plan.model import KafkaSinkV1, KafkaSourceV1
 
-from sluice_runtime import avro, malformed
+from sluice_runtime import avro, malformed, protobuf
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
@@ -49,6 +51,8 @@ KEY_BAD: Final = "_sluice_key_bad"
 KEY_CORRUPT: Final = "_sluice_key_corrupt"
 KEY_WIRE_OK: Final = "_sluice_key_wire_ok"
 KEY_SCHEMA_ID: Final = "_sluice_key_schema_id"
+#: a protobuf key's decoder result (``ok``, ``reason``, ``value``)
+KEY_DECODED: Final = "_sluice_key_decoded"
 #: the length in bytes of Kafka's serializers' primitives
 PRIMITIVE_LENGTHS: Final = {"kafka:long": 8, "kafka:int": 4, "kafka:short": 2, "kafka:double": 8,
                              "kafka:float": 4}
@@ -127,6 +131,13 @@ def tag(step: KafkaSourceV1, df: DataFrame, ctx: BuildContext) -> tuple[DataFram
         parsed = F.col(KEY_PARSED)
     elif fmt == "avro":
         return _tag_avro(step, df, ctx)
+    elif fmt == "protobuf":
+        if step.key_schema is None:
+            raise protobuf.ProtobufConfigError(
+                f"source {step.source}: keyFormat protobuf without a keySchema in the plan")
+        df = df.withColumn(KEY_DECODED, protobuf.decode(step.key_schema, columns, "key"))
+        parsed, bad = F.col(f"{KEY_DECODED}.value"), key.isNotNull() & ~F.col(f"{KEY_DECODED}.ok")
+        reason = F.col(f"{KEY_DECODED}.reason")
     else:
         raise avro.AvroConfigError(f"source {step.source}: unknown keyFormat {fmt}")
     return df.withColumn(KEY_PARSED, parsed).withColumn(KEY_BAD, F.coalesce(bad, F.lit(False))), reason

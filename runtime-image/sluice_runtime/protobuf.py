@@ -140,8 +140,8 @@ def to_row(message: Message, descriptor: Descriptor) -> tuple[Any, ...]:
     return tuple(_field_value(message, f) for f in descriptor.fields)
 
 
-def decoder(descriptor: str, name: str, columns: list[FieldSpec]) -> Any:
-    """The function of one record value: ``(ok, reason, row of the columns)``."""
+def decoder(descriptor: str, name: str, columns: list[FieldSpec], what: str = "record value") -> Any:
+    """The function of one record value (``what``: or key): ``(ok, reason, row of the columns)``."""
     built: list[Any] = []  # once per worker: the class, the indexes, the columns' fields
 
     def decode(value: bytes | None) -> tuple[bool, str | None, tuple[Any, ...] | None]:
@@ -152,19 +152,19 @@ def decoder(descriptor: str, name: str, columns: list[FieldSpec]) -> Any:
             built.extend([cls, core.message_indexes(cls.DESCRIPTOR), fields])
         cls, indexes_wanted, fields = built
         if value is None:
-            return False, "record value is null", None
+            return False, f"{what} is null", None
         try:
             schema_id, indexes, payload = split(bytes(value))
         except ValueError as exc:
-            return False, str(exc), None
+            return False, str(exc).replace("record value", what), None
         if indexes != indexes_wanted:
-            return False, (f"record value carries message indexes {indexes} (schema id {schema_id}), not "
+            return False, (f"{what} carries message indexes {indexes} (schema id {schema_id}), not "
                            f"those of the pinned message {name} ({indexes_wanted})"), None
         message = cls()
         try:
             message.ParseFromString(payload)
         except DecodeError as exc:
-            return False, (f"record value does not decode as Protobuf message {name} (schema id "
+            return False, (f"{what} does not decode as Protobuf message {name} (schema id "
                            f"{schema_id}): {exc}"), None
         return True, None, tuple(_field_value(message, f) for f in fields)
 
@@ -178,12 +178,12 @@ def decoded_type(columns: list[FieldSpec]) -> str:
 
 
 def decode(schema: RegistrySchema, columns: list[FieldSpec], column: str = "value") -> Column:
-    """The UDF of a record value: a struct of ``ok``, ``reason`` (why it did not decode) and
-    ``value`` (the row of ``columns``, the plan's)."""
+    """The UDF of a record value (``column`` "key": of a record key): a struct of ``ok``, ``reason``
+    (why it did not decode) and ``value`` (the row of ``columns``, the plan's)."""
     from pyspark.sql import functions as F
 
     descriptor, name = _pinned(schema, f"protobuf source subject {schema.subject}")
-    function = decoder(descriptor, name, columns)
+    function = decoder(descriptor, name, columns, "record key" if column == "key" else "record value")
     # pickled rows, not Arrow batches: the runtime image carries no pyarrow or pandas
     return F.udf(function, decoded_type(columns), useArrow=False)(F.col(column))
 

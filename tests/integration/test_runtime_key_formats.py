@@ -257,6 +257,59 @@ def test_a_key_prefix_reads_a_key_field_beside_the_value_field_of_the_same_name(
     assert sorted(struct.unpack(">q", k)[0] for k, _, _ in consume(kafka, out, expect=3)) == [0, 1, 2]
 
 
+DEVICE_KEY = """\
+syntax = "proto3";
+package iot;
+message DeviceKey { string site = 1; int64 device = 2; }
+"""
+
+
+def test_protobuf_keys_read_as_the_key_message_fields(spark: Any, kafka: str, schema_registry: SchemaRegistry,
+                                                      tmp_path: Path) -> None:
+    """Keys written by confluent-kafka's ``ProtobufSerializer`` (``MessageField.KEY``, registering the key
+    schema under ``<topic>-key``), pinned by the operator's registry client: the key message's fields are
+    columns; a key not in the wire format is dead-lettered with its reason, a null key gives nulls."""
+    from confluent_kafka.schema_registry.protobuf import ProtobufSerializer
+    from google.protobuf import message_factory
+    from sluice.core.formats import protobuf as core
+    from sluice.operator.protoc import compile_proto
+    from sluice.operator.registry import RegistryClient
+
+    src, out, dlq = unique("readings"), unique("out"), unique("dlq")
+    create_topic(kafka, src)
+    cls = message_factory.GetMessageClass(core.message(compile_proto(DEVICE_KEY, "test"), "iot.DeviceKey"))
+    serialize = ProtobufSerializer(cls, schema_registry.client(), {"use.deprecated.format": False})
+    ctx = SerializationContext(src, MessageField.KEY)
+    keys = [("berlin", 1), ("berlin", 2), ("", 0)]  # the last: every field at its default (no bytes)
+    records = [(serialize(cls(site=site, device=device), ctx), json.dumps({"v": float(i)}).encode())
+               for i, (site, device) in enumerate(keys)]
+    _produce(kafka, src, [*records, (b"not-protobuf", b'{"v": 9.0}'), (None, b'{"v": 10.0}')])
+    reader = RegistryClient(schema_registry.url).latest(f"{src}-key")  # as the operator pins it
+    assert reader.schema_type == "PROTOBUF"
+    spec = f"""\
+  sources:
+    - name: readings
+      topic: {src}
+      keyFormat: protobuf
+      schema: [{{name: v, type: double}}]
+      malformed: {{policy: deadLetter, topic: {dlq}}}
+  sql: SELECT site, device, v FROM readings
+  sink: {{topic: {out}}}
+"""
+    plan = _plan(spec, reader)
+    step = plan.steps[0]
+    assert [(c.name, c.type) for c in step.key_columns or []] == [("site", "string"), ("device", "bigint")]
+    _run(spark, plan, kafka, tmp_path / "c", None)
+    got = sorted(((r.get("site"), r.get("device"), r["v"]) for r in consume_json(kafka, out, expect=4)),
+                 key=lambda r: r[2])
+    assert got == [("berlin", 1, 0.0), ("berlin", 2, 1.0), ("", 0, 2.0), (None, None, 10.0)]
+    dead = consume(kafka, dlq, expect=1)
+    assert [key for key, _, _ in dead] == [b"not-protobuf"]
+    assert dict(dead[0][2])["sluice.error"].decode() == (
+        "record key is not in the Confluent wire format (magic byte 0, a 4-byte schema id, message indexes, "
+        "Protobuf binary)")
+
+
 def _float32(value: float) -> float:
     """``value`` as a Java float (a JSON float is written in its shortest text, read back as a double)."""
     return float(struct.unpack(">f", struct.pack(">f", value))[0])

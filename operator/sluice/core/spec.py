@@ -53,24 +53,30 @@ class MalformedPolicy(SpecModel):
 #: A record key's format (``keyFormat``): ``string`` (UTF-8 text, the default), ``json`` (a JSON
 #: object), ``avro`` (Confluent wire format, subject ``<topic>-key`` unless ``keySubject``), or one of
 #: Kafka's own serializers, ``kafka:<type>`` (``kafka:long`` is LongSerializer's 8 bytes big-endian).
-KeyFormat = Literal["string", "json", "avro", "kafka:string", "kafka:long", "kafka:int", "kafka:short",
-                    "kafka:double", "kafka:float", "kafka:bytes", "kafka:uuid"]
+KeyFormat = Literal["string", "json", "avro", "protobuf", "kafka:string", "kafka:long", "kafka:int",
+                    "kafka:short", "kafka:double", "kafka:float", "kafka:bytes", "kafka:uuid"]
+#: the key formats whose schemas live in the QueryCluster's schema registry (a sink writes avro only)
+REGISTRY_KEY_FORMATS = frozenset({"avro", "protobuf"})
+#: a sink's key formats (no protobuf yet)
+SinkKeyFormat = Literal["string", "json", "avro", "kafka:string", "kafka:long", "kafka:int", "kafka:short",
+                        "kafka:double", "kafka:float", "kafka:bytes", "kafka:uuid"]
 #: the Spark SQL type of the one column of a ``kafka:<type>`` key (and of a ``string`` one)
 PRIMITIVE_KEY_TYPES: dict[str, str] = {
     "string": "string", "kafka:string": "string", "kafka:long": "bigint", "kafka:int": "int",
     "kafka:short": "smallint", "kafka:double": "double", "kafka:float": "float", "kafka:bytes": "binary",
     "kafka:uuid": "string"}
-_KEY_FORMAT_HELP = ("Record key format: string (UTF-8, the default), json (an object), avro (Confluent wire "
-                    "format, subject keySubject or '<topic>-key'), or Kafka's own serializers kafka:string, "
+_KEY_FORMAT_HELP = ("Record key format: string (UTF-8, the default), json (an object), avro or protobuf "
+                    "(Confluent wire format, subject keySubject or '<topic>-key'; protobuf: sources only), "
+                    "or Kafka's own serializers kafka:string, "
                     "kafka:long, kafka:int, kafka:short, kafka:double, kafka:float (big-endian, as Kafka's "
                     "LongSerializer...), kafka:bytes (the raw bytes), kafka:uuid (a UUID's text, UTF-8).")
 
 
-def _key_format(value: object) -> object:
-    """``protobuf`` (named by issue 30) is refused with its reason, not as an unknown word."""
+def _sink_key_format(value: object) -> object:
+    """A sink's ``protobuf`` key is refused with its reason, not as an unknown word."""
     if isinstance(value, str) and value.strip().lower() == "protobuf":
-        raise ValueError("keyFormat protobuf is not supported yet: Protobuf keys come with the Protobuf "
-                         "value format; use string, json, avro or kafka:<type>")
+        raise ValueError("keyFormat protobuf is not supported yet for a sink (a source reads Protobuf keys); "
+                         "use string, json, avro or kafka:<type>")
     return value
 
 
@@ -118,15 +124,19 @@ class Source(SpecModel):
                                   "(keySchema) are columns of the source beside the value's.")
     key_subject: str | None = Field(
         default=None, min_length=1, max_length=255,
-        description="avro key: the registry subject of the key schema; absent: '<topic>-key'.")
+        description="avro, protobuf key: the registry subject of the key schema; absent: '<topic>-key'.")
+    key_message: str | None = Field(
+        default=None, min_length=1, max_length=255,
+        description="protobuf key: the full name of the message the keys carry; absent: the schema's first "
+                    "message.")
     key_schema: list[Column] | None = Field(
         default=None, min_length=1,
         description="Columns of the record key, usable in SQL beside the value's (a name may not be a value "
                     "column's too). string: absent (the key is not read) or one string column; kafka:<type>: "
                     "one column of that type (kafka:long bigint, kafka:int int, kafka:short smallint, "
                     "kafka:double double, kafka:float float, kafka:bytes binary, kafka:string and kafka:uuid "
-                    "string); json: the object's fields; avro: absent, the fields of the key "
-                    "subject's record schema, or a subset of them.")
+                    "string); json: the object's fields; avro, protobuf: absent, the fields of the key "
+                    "subject's record schema (message), or a subset of them.")
     key_prefix: str | None = Field(
         default=None, min_length=1, max_length=64, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$",
         description="A prefix of the key's column names in SQL (Flink's key.fields-prefix), for a key whose "
@@ -160,8 +170,6 @@ class Source(SpecModel):
     )
 
 
-    _check_key_format = field_validator("key_format", mode="before")(_key_format)
-
     @model_validator(mode="after")
     def _columns(self) -> Source:
         if self.format == "json" and self.schema_ is None:
@@ -171,8 +179,10 @@ class Source(SpecModel):
             raise ValueError("subject: only an avro or protobuf source has a registry subject")
         if self.format != "protobuf" and self.message is not None:
             raise ValueError("message: only a protobuf source names a message")
-        if self.key_format != "avro" and self.key_subject is not None:
-            raise ValueError("keySubject: only an avro key (keyFormat avro) has a registry subject")
+        if self.key_format not in REGISTRY_KEY_FORMATS and self.key_subject is not None:
+            raise ValueError("keySubject: only an avro or protobuf key has a registry subject")
+        if self.key_format != "protobuf" and self.key_message is not None:
+            raise ValueError("keyMessage: only a protobuf key (keyFormat protobuf) names a message")
         if self.key_format == "json" and self.key_schema is None:
             raise ValueError("keySchema: a json key needs its columns")
         wanted = PRIMITIVE_KEY_TYPES.get(self.key_format)
@@ -201,8 +211,10 @@ class Source(SpecModel):
 
     @property
     def key_registry_subject(self) -> str | None:
-        """avro key: the registry subject of the key schema (``<topic>-key`` unless given)."""
-        return None if self.key_format != "avro" else self.key_subject or key_subject_of(self.topic)
+        """avro, protobuf key: the registry subject of the key schema (``<topic>-key`` unless given)."""
+        if self.key_format not in REGISTRY_KEY_FORMATS:
+            return None
+        return self.key_subject or key_subject_of(self.topic)
 
     @property
     def columns(self) -> list[Column]:
@@ -233,7 +245,7 @@ class Sink(SpecModel):
         "'<topic>-value' (TopicNameStrategy).",
     )
     key: list[str] = Field(default_factory=list, description="Output columns that form the record key.")
-    key_format: KeyFormat = Field(
+    key_format: SinkKeyFormat = Field(
         default="string",
         description=_KEY_FORMAT_HELP + " string: one key column as text, several as a JSON object (as "
         "before the field); json: a JSON object of the key columns; avro: a record of them; kafka:<type>: "
@@ -277,7 +289,7 @@ class Sink(SpecModel):
             raise ValueError(f"keyFormat: a {self.key_format} key is one column (key has {len(self.key)})")
         return self
 
-    _check_key_format = field_validator("key_format", mode="before")(_key_format)
+    _check_key_format = field_validator("key_format", mode="before")(_sink_key_format)
 
     @property
     def key_registry_subject(self) -> str | None:

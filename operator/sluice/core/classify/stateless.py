@@ -225,8 +225,8 @@ def _reader_schema(ctx: Ctx, old: Any, new: Any) -> set[str]:
 
 _KEY_READER_SCHEMA = _Meaning(
     "data-selection",
-    f"; record keys are read with the new reader schema from now on (Avro schema resolution; key column "
-    f"changes are reported separately). {IN_PLACE_ROWS}",
+    f"; record keys are read with the new reader schema from now on (Avro schema resolution, or the new "
+    f"Protobuf descriptor; key column changes are reported separately). {IN_PLACE_ROWS}",
 )
 
 
@@ -257,9 +257,9 @@ def _key_format(ctx: Ctx, old: Any, new: Any) -> set[str]:
 
 
 def _key_reader_schema(ctx: Ctx, old: Any, new: Any) -> set[str]:
-    """An avro key's pinned reader schema (a key format change stays unhandled: topology, as a value
-    format change)."""
-    if old.key_format != "avro" or new.key_format != "avro":
+    """An avro or protobuf key's pinned reader schema (a key format change stays unhandled: topology,
+    as a value format change)."""
+    if old.key_format != new.key_format or new.key_format not in ("avro", "protobuf"):
         return set()
     if old.key_schema != new.key_schema:
         _compare(ctx, new.id, "keySchema", _pinned(old.key_schema), _pinned(new.key_schema),

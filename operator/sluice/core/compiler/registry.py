@@ -120,20 +120,48 @@ def _resolve(source: Source, schema: RegistrySchema, where: str
     return source.model_copy(update={"schema_": columns}), schema, []
 
 
-def _resolve_key(source: Source, schema: RegistrySchema, where: str) -> tuple[Source, list[Problem]]:
-    """An avro key's columns: the fields of its record schema, or the declared subset of them; a
-    key of another schema (``"long"``, ``"string"``, ...) is one column, declared in ``keySchema``."""
+def _resolve_key(source: Source, schema: RegistrySchema, where: str
+                 ) -> tuple[Source, RegistrySchema, list[Problem]]:
+    """A registry key's columns: the fields of its Avro record schema or Protobuf message (the
+    pinned schema then names it), or the declared subset of them; an Avro key of another schema
+    (``"long"``, ``"string"``, ...) is one column, declared in ``keySchema``."""
+    if source.key_format == "protobuf" or schema.schema_type == "PROTOBUF":
+        return _resolve_protobuf_key(source, schema, where)
     try:
         mapped = avro.to_spark(avro.parse(schema.schema_, "key"), "key")
     except avro.AvroTypeError as exc:
-        return source, [Problem(f"source '{source.name}': the key schema of {_describe(schema)} has no Spark "
-                                f"type: {exc}", field=f"{where}.keyFormat")]
+        return source, schema, [Problem(f"source '{source.name}': the key schema of {_describe(schema)} has "
+                                        f"no Spark type: {exc}", field=f"{where}.keyFormat")]
     if mapped.spark.name != "struct":
-        return source, _primitive_key_problems(source, mapped, schema, where)
+        return source, schema, _primitive_key_problems(source, mapped, schema, where)
     fields = [FieldSpec(name=f.name, type=f.type.ddl) for f in mapped.fields]
+    return _key_fields(source, fields, schema, where)
+
+
+def _key_fields(source: Source, fields: list[FieldSpec], schema: RegistrySchema, where: str
+                ) -> tuple[Source, RegistrySchema, list[Problem]]:
+    """The key columns: the declared subset of ``fields`` (checked), or all of them."""
     if source.key_schema is not None:
-        return source, _declared_problems(source, fields, schema, where, key=True)
-    return source.model_copy(update={"key_schema": [Column(name=f.name, type=f.type) for f in fields]}), []
+        return source, schema, _declared_problems(source, fields, schema, where, key=True)
+    columns = [Column(name=f.name, type=f.type) for f in fields]
+    return source.model_copy(update={"key_schema": columns}), schema, []
+
+
+def _resolve_protobuf_key(source: Source, schema: RegistrySchema, where: str
+                          ) -> tuple[Source, RegistrySchema, list[Problem]]:
+    if source.key_format != "protobuf" or schema.schema_type != "PROTOBUF" or schema.descriptor is None:
+        return source, schema, [Problem(
+            f"source '{source.name}' has keyFormat {source.key_format}, but {_describe(schema)} holds a "
+            f"{schema.schema_type} schema", field=f"{where}.keyFormat")]
+    at = "keyMessage" if source.key_message is not None else "keyFormat"
+    try:
+        found = protobuf.message(schema.descriptor, source.key_message)
+        at = "keyFormat"  # a field has no Spark type
+        fields = protobuf.message_columns(found)
+    except protobuf.ProtobufTypeError as exc:
+        return source, schema, [Problem(f"source '{source.name}': the key schema of {_describe(schema)} has "
+                                        f"no Spark type: {exc}", field=f"{where}.{at}")]
+    return _key_fields(source, fields, schema.model_copy(update={"message": found.full_name}), where)
 
 
 def _primitive_key_problems(source: Source, mapped: avro.SqlType, schema: RegistrySchema, where: str
@@ -179,7 +207,7 @@ def resolve_keys(spec: QuerySpec, schemas: Mapping[str, RegistrySchema]) -> Reso
             sources.append(source)
             continue
         schema = schema.model_copy(update={"subject": subject})
-        resolved, found = _resolve_key(source, schema, f"spec.sources[{i}]")
+        resolved, schema, found = _resolve_key(source, schema, f"spec.sources[{i}]")
         problems += found
         sources.append(resolved)
         pinned[source.name.lower()] = schema

@@ -16,7 +16,14 @@ from sluice.core.naming import QueryIdentity
 from sluice.core.plan.model import Plan, RegistrySchema
 from sluice.core.records import StatusModel
 from sluice.core.replace import backfill_output_topic
-from sluice.core.spec import REGISTRY_FORMATS, QuerySpec, UpgradePolicy, key_subject_of, topic_subject
+from sluice.core.spec import (
+    REGISTRY_FORMATS,
+    REGISTRY_KEY_FORMATS,
+    QuerySpec,
+    UpgradePolicy,
+    key_subject_of,
+    topic_subject,
+)
 
 __all__ = [
     "NEW_KEY_SCHEMA",
@@ -51,9 +58,9 @@ def registry_problems(query: QuerySpec, cluster_name: str, has_registry: bool) -
     problems = [Problem(f"source '{s.name}' has format {s.format} and {why}",
                         field=f"spec.sources[{i}].format")
                 for i, s in enumerate(query.sources) if s.format in REGISTRY_FORMATS]
-    problems += [Problem(f"source '{s.name}' has keyFormat avro and {why}",
+    problems += [Problem(f"source '{s.name}' has keyFormat {s.key_format} and {why}",
                          field=f"spec.sources[{i}].keyFormat")
-                 for i, s in enumerate(query.sources) if s.key_format == "avro"]
+                 for i, s in enumerate(query.sources) if s.key_format in REGISTRY_KEY_FORMATS]
     if query.sink.format in REGISTRY_FORMATS:
         problems.append(Problem(f"the sink has format {query.sink.format} and {why}",
                                 field="spec.sink.format"))

@@ -78,8 +78,8 @@ class RegistrySchema(PlanModel):
 
 #: A record key's format in a plan (absent: as before the field; a source does not read the key, a sink
 #: writes one key column as text and several as a JSON object).
-KeyFormat = Literal["string", "json", "avro", "kafka:string", "kafka:long", "kafka:int", "kafka:short",
-                    "kafka:double", "kafka:float", "kafka:bytes", "kafka:uuid"]
+KeyFormat = Literal["string", "json", "avro", "protobuf", "kafka:string", "kafka:long", "kafka:int",
+                    "kafka:short", "kafka:double", "kafka:float", "kafka:bytes", "kafka:uuid"]
 
 
 class StepBase(PlanModel):
@@ -102,12 +102,14 @@ class KafkaSourceV1(StepBase):
     columns: list[FieldSpec] = Field(description="Declared record value columns.")
     key_format: KeyFormat | None = Field(
         default=None, description="Record key format when the key's columns (keyColumns) are read: string, "
-        "json, avro (Confluent wire format, keySchema) or kafka:<type> (Kafka's serializers, big-endian). "
+        "json, avro or protobuf (Confluent wire format, keySchema) or kafka:<type> (Kafka's serializers, "
+        "big-endian). "
         "Absent: the key is not read (plans compiled before the field, or a string key without columns).")
     key_columns: list[FieldSpec] | None = Field(
         default=None, description="The record key's columns (before the value's in the step's schema).")
     key_schema: RegistrySchema | None = Field(
-        default=None, description="avro key: the key's reader schema pinned from the registry.")
+        default=None, description="avro, protobuf key: the key's reader schema (descriptor) pinned from the "
+        "registry.")
     key_prefix: str | None = Field(
         default=None, description="The prefix of the key columns' names in the step's schema (keyColumns "
         "name the key's own fields). Absent: none.")
