@@ -238,7 +238,7 @@ class AvroSettings:
     def require_sink_key_id(self, subject: str) -> int:
         if self.sink_key_schema_id is None:
             raise AvroConfigError(
-                f"{SINK_KEY_SCHEMA_ID_ENV} is not set: the avro key of the sink writes the id the operator "
+                f"{SINK_KEY_SCHEMA_ID_ENV} is not set: the sink's registry key writes the id the operator "
                 f"registered its schema under (subject {subject}) in every record key's header")
         return self.sink_key_schema_id
 
@@ -371,12 +371,13 @@ def _key_startup_problems(plan: Plan, settings: AvroSettings) -> list[str]:
             elif settings.registry is None and not given:
                 problems.append(f"{REGISTRY_URL_ENV} is not set: the avro key of source {step.source} needs "
                                 "the schema registry for the writer schemas of its records")
-        elif isinstance(step, KafkaSinkV1) and step.key_format == "avro":
+        elif isinstance(step, KafkaSinkV1) and step.key_format in ("avro", "protobuf"):
             if step.key_schema is None:
-                problems.append(f"avro key of sink {step.topic}: the plan has no keySchema")
+                problems.append(f"{step.key_format} key of sink {step.topic}: the plan has no keySchema")
             if settings.sink_key_schema_id is None:
-                problems.append(f"{SINK_KEY_SCHEMA_ID_ENV} is not set: the avro key of the sink of topic "
-                                f"{step.topic} writes the id the operator registered its schema under")
+                problems.append(f"{SINK_KEY_SCHEMA_ID_ENV} is not set: the {step.key_format} key of the sink "
+                                f"of topic {step.topic} writes the id the operator registered its schema "
+                                "under")
     return problems
 
 

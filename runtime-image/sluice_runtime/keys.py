@@ -11,8 +11,9 @@ column as text and several as a JSON object, as before the field):
   fields, a schema that is no record (``"long"``, as Confluent's serializer writes a ``Long`` key)
   into the one key column; a sink writes ``to_avro`` behind the header of
   ``SLUICE_SINK_KEY_SCHEMA_ID``.
-* ``protobuf`` (sources): the Confluent wire format decoded with the pinned descriptor's message, as a
-  protobuf value is (:func:`sluice_runtime.protobuf.decode`).
+* ``protobuf``: the Confluent wire format decoded with the pinned descriptor's message, as a protobuf
+  value is (:func:`sluice_runtime.protobuf.decode`); a sink encodes the key columns' message
+  (:func:`sluice_runtime.protobuf.encode`) behind the header of ``SLUICE_SINK_KEY_SCHEMA_ID``.
 * ``kafka:long``, ``kafka:int``, ``kafka:short``, ``kafka:double``, ``kafka:float``: Kafka's
   ``LongSerializer`` (8 bytes), ``IntegerSerializer`` (4 bytes), ``ShortSerializer`` (2 bytes),
   ``DoubleSerializer`` (8 bytes IEEE 754), ``FloatSerializer`` (4 bytes IEEE 754), all big-endian. The
@@ -199,10 +200,12 @@ def encode(step: KafkaSinkV1, key_schema_id: int | None = None) -> Column:
         return cols[0].cast("string")
     if fmt == "json":
         return F.to_json(F.struct(*cols))
-    if fmt == "avro":
+    if fmt in ("avro", "protobuf"):
         if step.key_schema is None or key_schema_id is None:
             raise avro.AvroConfigError(
-                f"sink {step.topic}: keyFormat avro needs a keySchema and its schema id")
+                f"sink {step.topic}: keyFormat {fmt} needs a keySchema and its schema id")
+        if fmt == "protobuf":
+            return protobuf.encode(F.struct(*cols), step.key_schema, key_schema_id)
         return avro.encode(F.struct(*cols), step.key_schema.schema_, key_schema_id)
     value = cols[0]
     if fmt == "kafka:long":

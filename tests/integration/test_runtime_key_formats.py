@@ -264,12 +264,14 @@ message DeviceKey { string site = 1; int64 device = 2; }
 """
 
 
-def test_protobuf_keys_read_as_the_key_message_fields(spark: Any, kafka: str, schema_registry: SchemaRegistry,
-                                                      tmp_path: Path) -> None:
+def test_protobuf_keys_read_and_written(spark: Any, kafka: str, schema_registry: SchemaRegistry,
+                                        tmp_path: Path) -> None:
     """Keys written by confluent-kafka's ``ProtobufSerializer`` (``MessageField.KEY``, registering the key
     schema under ``<topic>-key``), pinned by the operator's registry client: the key message's fields are
-    columns; a key not in the wire format is dead-lettered with its reason, a null key gives nulls."""
-    from confluent_kafka.schema_registry.protobuf import ProtobufSerializer
+    columns; a key not in the wire format is dead-lettered with its reason, a null key gives nulls. The
+    sink writes its key columns as a Protobuf message (the schema registered as the operator registers
+    it), read back by ``ProtobufDeserializer``."""
+    from confluent_kafka.schema_registry.protobuf import ProtobufDeserializer, ProtobufSerializer
     from google.protobuf import message_factory
     from sluice.core.formats import protobuf as core
     from sluice.operator.protoc import compile_proto
@@ -294,15 +296,29 @@ def test_protobuf_keys_read_as_the_key_message_fields(spark: Any, kafka: str, sc
       schema: [{{name: v, type: double}}]
       malformed: {{policy: deadLetter, topic: {dlq}}}
   sql: SELECT site, device, v FROM readings
-  sink: {{topic: {out}}}
+  sink: {{topic: {out}, key: [site, device], keyFormat: protobuf}}
 """
     plan = _plan(spec, reader)
     step = plan.steps[0]
     assert [(c.name, c.type) for c in step.key_columns or []] == [("site", "string"), ("device", "bigint")]
-    _run(spark, plan, kafka, tmp_path / "c", None)
+    key_schema = plan.sink.key_schema
+    assert key_schema is not None and key_schema.subject == f"{out}-key" and key_schema.message is not None
+    key_id = RegistryClient(schema_registry.url).register(key_schema.subject, key_schema.schema_,
+                                                          key_schema.schema_type)  # as the operator does
+    _run(spark, plan, kafka, tmp_path / "c", _settings(schema_registry, key_id=key_id))
     got = sorted(((r.get("site"), r.get("device"), r["v"]) for r in consume_json(kafka, out, expect=4)),
                  key=lambda r: r[2])
     assert got == [("berlin", 1, 0.0), ("berlin", 2, 1.0), ("", 0, 2.0), (None, None, 10.0)]
+    written = message_factory.GetMessageClass(core.message(key_schema.descriptor or "", key_schema.message))
+    deserialize = ProtobufDeserializer(written, {"use.deprecated.format": False})
+    out_ctx = SerializationContext(out, MessageField.KEY)
+    raw = consume(kafka, out, expect=4)
+    assert {struct.unpack(">bI", k[:5]) for k, _, _ in raw} == {(0, key_id)}
+    keys_out = sorted((json.loads(v)["v"], deserialize(k, out_ctx)) for k, v, _ in raw)
+    # a null key column is a field not set (proto3 optional): the row with a null key has neither
+    assert [(v, m.site if m.HasField("site") else None, m.device if m.HasField("device") else None)
+            for v, m in keys_out] == [(0.0, "berlin", 1), (1.0, "berlin", 2), (2.0, "", 0),
+                                      (10.0, None, None)]
     dead = consume(kafka, dlq, expect=1)
     assert [key for key, _, _ in dead] == [b"not-protobuf"]
     assert dict(dead[0][2])["sluice.error"].decode() == (

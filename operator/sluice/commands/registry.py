@@ -18,7 +18,12 @@ from collections.abc import Mapping
 
 from sluice.core.compiler import CompileTarget, compile_query, source_subjects
 from sluice.core.errors import CompileError, Problem
-from sluice.core.formats.registry import NEW_KEY_SCHEMA, SinkQuestion, incompatibility
+from sluice.core.formats.registry import (
+    NEW_KEY_SCHEMA,
+    NEW_PROTOBUF_KEY_SCHEMA,
+    SinkQuestion,
+    incompatibility,
+)
 from sluice.core.plan.model import Plan, RegistrySchema
 from sluice.core.spec import QuerySpec
 from sluice.operator.registry import RegistryClient, RegistryRefused, RegistryUnavailable
@@ -70,7 +75,7 @@ def compile_with_registry(query: QuerySpec, target: CompileTarget | None = None,
 
 
 def _sink_field(what: str) -> str:
-    return "spec.sink.keyFormat" if what == NEW_KEY_SCHEMA else "spec.sink.format"
+    return "spec.sink.keyFormat" if what in (NEW_KEY_SCHEMA, NEW_PROTOBUF_KEY_SCHEMA) else "spec.sink.format"
 
 
 def sink_refusal(questions: list[SinkQuestion], env: Mapping[str, str] | None = None) -> str | None:

@@ -55,29 +55,18 @@ class MalformedPolicy(SpecModel):
 #: Kafka's own serializers, ``kafka:<type>`` (``kafka:long`` is LongSerializer's 8 bytes big-endian).
 KeyFormat = Literal["string", "json", "avro", "protobuf", "kafka:string", "kafka:long", "kafka:int",
                     "kafka:short", "kafka:double", "kafka:float", "kafka:bytes", "kafka:uuid"]
-#: the key formats whose schemas live in the QueryCluster's schema registry (a sink writes avro only)
+#: the key formats whose schemas live in the QueryCluster's schema registry
 REGISTRY_KEY_FORMATS = frozenset({"avro", "protobuf"})
-#: a sink's key formats (no protobuf yet)
-SinkKeyFormat = Literal["string", "json", "avro", "kafka:string", "kafka:long", "kafka:int", "kafka:short",
-                        "kafka:double", "kafka:float", "kafka:bytes", "kafka:uuid"]
 #: the Spark SQL type of the one column of a ``kafka:<type>`` key (and of a ``string`` one)
 PRIMITIVE_KEY_TYPES: dict[str, str] = {
     "string": "string", "kafka:string": "string", "kafka:long": "bigint", "kafka:int": "int",
     "kafka:short": "smallint", "kafka:double": "double", "kafka:float": "float", "kafka:bytes": "binary",
     "kafka:uuid": "string"}
 _KEY_FORMAT_HELP = ("Record key format: string (UTF-8, the default), json (an object), avro or protobuf "
-                    "(Confluent wire format, subject keySubject or '<topic>-key'; protobuf: sources only), "
+                    "(Confluent wire format, subject keySubject or '<topic>-key'), "
                     "or Kafka's own serializers kafka:string, "
                     "kafka:long, kafka:int, kafka:short, kafka:double, kafka:float (big-endian, as Kafka's "
                     "LongSerializer...), kafka:bytes (the raw bytes), kafka:uuid (a UUID's text, UTF-8).")
-
-
-def _sink_key_format(value: object) -> object:
-    """A sink's ``protobuf`` key is refused with its reason, not as an unknown word."""
-    if isinstance(value, str) and value.strip().lower() == "protobuf":
-        raise ValueError("keyFormat protobuf is not supported yet for a sink (a source reads Protobuf keys); "
-                         "use string, json, avro or kafka:<type>")
-    return value
 
 
 #: the value formats whose schemas live in the QueryCluster's schema registry
@@ -245,14 +234,14 @@ class Sink(SpecModel):
         "'<topic>-value' (TopicNameStrategy).",
     )
     key: list[str] = Field(default_factory=list, description="Output columns that form the record key.")
-    key_format: SinkKeyFormat = Field(
+    key_format: KeyFormat = Field(
         default="string",
         description=_KEY_FORMAT_HELP + " string: one key column as text, several as a JSON object (as "
-        "before the field); json: a JSON object of the key columns; avro: a record of them; kafka:<type>: "
-        "one key column of a type that fits.")
+        "before the field); json: a JSON object of the key columns; avro: a record of them; protobuf: a "
+        "message of them; kafka:<type>: one key column of a type that fits.")
     key_subject: str | None = Field(
         default=None, min_length=1, max_length=255,
-        description="avro key: the registry subject the key schema is registered under; absent: "
+        description="avro, protobuf key: the registry subject the key schema is registered under; absent: "
         "'<topic>-key'.")
     output_mode: Literal["append", "update", "complete"] = Field(
         default="append", description="Spark output mode."
@@ -281,20 +270,20 @@ class Sink(SpecModel):
     def _subject(self) -> Sink:
         if self.format == "json" and self.subject is not None:
             raise ValueError("subject: only an avro or protobuf sink has a registry subject")
-        if self.key_format != "avro" and self.key_subject is not None:
-            raise ValueError("keySubject: only an avro key (keyFormat avro) has a registry subject")
+        if self.key_format not in REGISTRY_KEY_FORMATS and self.key_subject is not None:
+            raise ValueError("keySubject: only an avro or protobuf key has a registry subject")
         if self.key_format != "string" and not self.key:
             raise ValueError(f"keyFormat: {self.key_format} needs the key columns (key)")
         if self.key_format.startswith("kafka:") and len(self.key) != 1:
             raise ValueError(f"keyFormat: a {self.key_format} key is one column (key has {len(self.key)})")
         return self
 
-    _check_key_format = field_validator("key_format", mode="before")(_sink_key_format)
-
     @property
     def key_registry_subject(self) -> str | None:
-        """avro key: the registry subject of the key schema (``<topic>-key`` unless given)."""
-        return None if self.key_format != "avro" else self.key_subject or key_subject_of(self.topic)
+        """avro, protobuf key: the registry subject of the key schema (``<topic>-key`` unless given)."""
+        if self.key_format not in REGISTRY_KEY_FORMATS:
+            return None
+        return self.key_subject or key_subject_of(self.topic)
 
     @property
     def value_subject(self) -> str | None:

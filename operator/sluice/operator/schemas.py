@@ -23,10 +23,10 @@ from collections.abc import Mapping
 from sluice.core.compiler import source_subjects
 from sluice.core.compiler.registry import plan_source_schemas
 from sluice.core.formats.registry import (
-    NEW_KEY_SCHEMA,
     SourceSchemaStatus,
     describe_behind,
     incompatibility,
+    new_key_schema,
     new_value_schema,
     newly_behind,
     registry_problems,
@@ -126,7 +126,7 @@ class _Wanted:
 
     @property
     def what(self) -> str:
-        return NEW_KEY_SCHEMA if self.key else new_value_schema(self.schema)
+        return new_key_schema(self.schema) if self.key else new_value_schema(self.schema)
 
 
 def _wanted(avro_plans: Mapping[str, Plan], running: str | None, topics: Mapping[str, str] | None,

@@ -52,7 +52,7 @@ def build(step: KafkaSinkV1, inputs: list[DataFrame], ctx: BuildContext) -> Data
         subject = step.value_schema.subject if step.value_schema is not None else step.topic
         schema_id = ctx.avro.require_sink_id(subject)
     key_schema_id = None
-    if step.key_format == "avro":
+    if step.key_format in ("avro", "protobuf"):
         key_subject = step.key_schema.subject if step.key_schema is not None else step.topic
         key_schema_id = ctx.avro.require_sink_key_id(key_subject)
     return encode(step, inputs[0], schema_id, key_schema_id)

@@ -199,3 +199,14 @@ def test_a_refusal_rejects_with_the_registrys_reason_first() -> None:
     assert refused.reasons == ["the sink's new Avro schema is incompatible with subject 'out-value'",
                                *decision.reasons]
     assert refused.changes == decision.changes
+
+
+def test_a_protobuf_sink_key_is_asked_about_as_a_protobuf_key_schema() -> None:
+    from sluice.core.formats.registry import NEW_PROTOBUF_KEY_SCHEMA, NEW_PROTOBUF_SCHEMA
+
+    query = QuerySpec.model_validate({"sources": [SOURCE], "sql": TOTALS, "sink": {
+        "topic": "out", "format": "protobuf", "key": ["customer"], "keyFormat": "protobuf",
+        "outputMode": "update"}})
+    asked = sink_questions(query, plan(query), None)
+    assert [(schema.subject, schema.schema_type, what) for schema, what in asked] == [
+        ("out-value", "PROTOBUF", NEW_PROTOBUF_SCHEMA), ("out-key", "PROTOBUF", NEW_PROTOBUF_KEY_SCHEMA)]

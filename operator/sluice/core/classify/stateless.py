@@ -363,7 +363,8 @@ def _sink(ctx: Ctx, old: Any, new: Any) -> set[str]:
         _compare(ctx, new.id, "valueSchema.subject", old.value_schema.subject, new.value_schema.subject,
                  "schema registry subject", _SINK_SUBJECT)
         handled.add("value_schema")
-    if old.key_format == new.key_format == "avro" and old.key_schema and new.key_schema:
+    if old.key_format == new.key_format and new.key_format in ("avro", "protobuf") and old.key_schema \
+            and new.key_schema:
         # derived from the key columns (judged as the record key); a changed subject as the value's
         _compare(ctx, new.id, "keySchema.subject", old.key_schema.subject, new.key_schema.subject,
                  "key schema registry subject", _SINK_SUBJECT)

@@ -11,15 +11,15 @@ keep the key's own field names. A ``string`` key without
 
 A sink's key columns are written as before for ``string`` (one column as text, several as a JSON
 object; the plan carries no ``keyFormat``), as a JSON object for ``json``, an Avro record for ``avro``
-(its schema derived from the key columns as a value schema is, pinned in the sink step's ``keySchema``
-under the subject ``<topic>-key`` unless ``keySubject``), and with Kafka's own serializers for
-``kafka:<type>`` (one column, of a type that fits).
+or a Protobuf message for ``protobuf`` (its schema derived from the key columns as a value schema is,
+pinned in the sink step's ``keySchema`` under the subject ``<topic>-key`` unless ``keySubject``), and
+with Kafka's own serializers for ``kafka:<type>`` (one column, of a type that fits).
 """
 
 from __future__ import annotations
 
 from sluice.core.errors import Problem
-from sluice.core.formats import avro, avro_out
+from sluice.core.formats import avro, avro_out, protobuf, protobuf_out
 from sluice.core.plan.model import FieldSpec, KeyFormat, RegistrySchema
 from sluice.core.spec import PRIMITIVE_KEY_TYPES, QuerySpec, Source
 from sluice.core.types import TypeParseError, normalize_type
@@ -101,12 +101,22 @@ def sink_key_problems(spec: QuerySpec, key: list[str], out: list[FieldSpec]) -> 
 
 def sink_key_schema(spec: QuerySpec, key: list[str], out: list[FieldSpec]
                     ) -> tuple[RegistrySchema | None, list[Problem]]:
-    """An avro sink key's schema, derived from the key columns (None for any other key format)."""
+    """An avro or protobuf sink key's schema, derived from the key columns (a record, a message named
+    ``<topic>_key``; None for any other key format)."""
     subject = spec.sink.key_registry_subject
     if subject is None:
         return None, []
     by_name = {f.name: f for f in out}
     columns = [by_name[k] for k in key if k in by_name]
+    if spec.sink.key_format == "protobuf":
+        try:
+            proto = protobuf_out.schema_of(columns, f"{spec.sink.topic}_key", path="key")
+        except protobuf.ProtobufTypeError as exc:
+            return None, [Problem(
+                f"the key columns have no Protobuf schema for sink topic '{spec.sink.topic}': {exc}",
+                field="spec.sink.keyFormat")]
+        return RegistrySchema(subject=subject, schema_type="PROTOBUF", schema_=proto.text,
+                              descriptor=proto.descriptor, message=proto.message), []
     try:
         schema = avro_out.schema_of(columns, f"{spec.sink.topic}_key", path="key")
     except avro.AvroTypeError as exc:

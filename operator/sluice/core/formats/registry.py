@@ -27,6 +27,7 @@ from sluice.core.spec import (
 
 __all__ = [
     "NEW_KEY_SCHEMA",
+    "NEW_PROTOBUF_KEY_SCHEMA",
     "NEW_PROTOBUF_SCHEMA",
     "NEW_VALUE_SCHEMA",
     "SinkCheck",
@@ -37,6 +38,7 @@ __all__ = [
     "changed_sink_schema",
     "describe_behind",
     "incompatibility",
+    "new_key_schema",
     "new_value_schema",
     "newly_behind",
     "refused_upgrade",
@@ -64,20 +66,28 @@ def registry_problems(query: QuerySpec, cluster_name: str, has_registry: bool) -
     if query.sink.format in REGISTRY_FORMATS:
         problems.append(Problem(f"the sink has format {query.sink.format} and {why}",
                                 field="spec.sink.format"))
-    if query.sink.key_format == "avro":
-        problems.append(Problem(f"the sink has keyFormat avro and {why}", field="spec.sink.keyFormat"))
+    if query.sink.key_format in REGISTRY_KEY_FORMATS:
+        problems.append(Problem(f"the sink has keyFormat {query.sink.key_format} and {why}",
+                                field="spec.sink.keyFormat"))
     return problems
 
 
 #: what a refusal names: the sink's value schema, or its key schema (``keyFormat: avro``)
 NEW_VALUE_SCHEMA, NEW_KEY_SCHEMA = "the sink's new Avro schema", "the sink's new Avro key schema"
 NEW_PROTOBUF_SCHEMA = "the sink's new Protobuf schema"
+NEW_PROTOBUF_KEY_SCHEMA = "the sink's new Protobuf key schema"
 
 
 def new_value_schema(schema: RegistrySchema | None) -> str:
     """What a refusal of a sink's value schema names it: its type's words."""
     protobuf = schema is not None and schema.schema_type == "PROTOBUF"
     return NEW_PROTOBUF_SCHEMA if protobuf else NEW_VALUE_SCHEMA
+
+
+def new_key_schema(schema: RegistrySchema | None) -> str:
+    """What a refusal of a sink's key schema names it: its type's words."""
+    protobuf = schema is not None and schema.schema_type == "PROTOBUF"
+    return NEW_PROTOBUF_KEY_SCHEMA if protobuf else NEW_KEY_SCHEMA
 
 
 #: the registry's refusal (None: accepted or not asked) of an avro sink schema, named as the second argument
@@ -120,7 +130,7 @@ def sink_questions(query: QuerySpec, plan: Plan, running: Plan | None, topic: st
     subjects); each only when it changed from ``running``'s (:func:`changed_sink_schema`)."""
     out: list[SinkQuestion] = []
     for key, what, fmt in ((False, new_value_schema(plan.sink.value_schema), query.sink.format),
-                           (True, NEW_KEY_SCHEMA, query.sink.key_format)):
+                           (True, new_key_schema(plan.sink.key_schema), query.sink.key_format)):
         schema = versioned_sink_schema(plan, topic, key=key)
         changed = changed_sink_schema(plan, running, key=key) is not None
         if fmt in REGISTRY_FORMATS and schema is not None and changed:

@@ -255,7 +255,9 @@ def test_a_sink_primitive_key_of_a_type_it_cannot_write() -> None:
     ("source", {"keyFormat": "kafka:bytes", "keySchema": [{"name": "a", "type": "binary"},
                                                           {"name": "b", "type": "binary"}]},
      "keySchema: a kafka:bytes key is one column (of type binary)"),
-    ("sink", {"keyFormat": "protobuf", "key": ["a"]}, "keyFormat protobuf is not supported yet for a sink"),
+    ("sink", {"keyFormat": "protobuf"}, "keyFormat: protobuf needs the key columns (key)"),
+    ("sink", {"keyFormat": "json", "key": ["a"], "keySubject": "k"},
+     "keySubject: only an avro or protobuf key"),
     ("sink", {"keyFormat": "avro"}, "keyFormat: avro needs the key columns (key)"),
     ("sink", {"keyFormat": "kafka:int", "key": ["a", "b"]}, "keyFormat: a kafka:int key is one column"),
     ("sink", {"keyFormat": "kafka:float", "key": ["a", "b"]}, "keyFormat: a kafka:float key is one column"),
@@ -366,3 +368,16 @@ def test_a_protobuf_key_needs_the_cluster_s_schema_registry() -> None:
         "spec.sources[0].keyFormat",
         "source 'orders' has keyFormat protobuf and needs a schema registry: QueryCluster 'shared' has no "
         "spec.schemaRegistry")]
+
+
+def test_a_sink_protobuf_key_is_a_message_of_the_key_columns() -> None:
+    plan = compile_(spec({"keyFormat": "avro"}, "SELECT customer_id, region, amount FROM orders",
+                         key=["customer_id", "region"], keyFormat="protobuf"))
+    schema = plan.sink.key_schema
+    assert plan.sink.key_format == "protobuf" and schema is not None
+    assert (schema.subject, schema.schema_type, schema.message) == ("out-key", "PROTOBUF", "sluice.out_key")
+    assert "int64 customer_id = 1;" in schema.schema_ and "string region = 2;" in schema.schema_
+    from sluice.core.formats import protobuf
+
+    assert [(c.name, c.type) for c in protobuf.message_columns(protobuf.message(
+        schema.descriptor or "", schema.message))] == [("customer_id", "bigint"), ("region", "string")]
