@@ -18,8 +18,8 @@ with Kafka's own serializers for ``kafka:<type>`` (one column, of a type that fi
 
 from __future__ import annotations
 
+from sluice.core.compiler.registry import derived_schema, schema_kind
 from sluice.core.errors import Problem
-from sluice.core.formats import avro, avro_out, protobuf, protobuf_out
 from sluice.core.plan.model import FieldSpec, KeyFormat, RegistrySchema
 from sluice.core.spec import PRIMITIVE_KEY_TYPES, QuerySpec, Source
 from sluice.core.types import TypeParseError, normalize_type
@@ -108,19 +108,8 @@ def sink_key_schema(spec: QuerySpec, key: list[str], out: list[FieldSpec]
         return None, []
     by_name = {f.name: f for f in out}
     columns = [by_name[k] for k in key if k in by_name]
-    if spec.sink.key_format == "protobuf":
-        try:
-            proto = protobuf_out.schema_of(columns, f"{spec.sink.topic}_key", path="key")
-        except protobuf.ProtobufTypeError as exc:
-            return None, [Problem(
-                f"the key columns have no Protobuf schema for sink topic '{spec.sink.topic}': {exc}",
-                field="spec.sink.keyFormat")]
-        return RegistrySchema(subject=subject, schema_type="PROTOBUF", schema_=proto.text,
-                              descriptor=proto.descriptor, message=proto.message), []
-    try:
-        schema = avro_out.schema_of(columns, f"{spec.sink.topic}_key", path="key")
-    except avro.AvroTypeError as exc:
-        return None, [Problem(
-            f"the key columns have no Avro schema for sink topic '{spec.sink.topic}': {exc}",
-            field="spec.sink.keyFormat")]
-    return RegistrySchema(subject=subject, schema_=avro_out.schema_text(schema)), []
+    schema, why = derived_schema(columns, f"{spec.sink.topic}_key", subject, spec.sink.key_format, path="key")
+    if why is not None:
+        return None, [Problem(f"the key columns have no {schema_kind(spec.sink.key_format)} schema for sink "
+                              f"topic '{spec.sink.topic}': {why}", field="spec.sink.keyFormat")]
+    return schema, []

@@ -83,24 +83,34 @@ def _declared_problems(source: Source, fields: list[FieldSpec], schema: Registry
     return problems
 
 
+def _protobuf_fields(source: Source, schema: RegistrySchema, where: str, key: bool
+                     ) -> tuple[RegistrySchema, list[FieldSpec] | None, list[Problem]]:
+    """The fields of a source's Protobuf message (``key``: of its key), the pinned schema naming the
+    message (``message``/``keyMessage``; absent: the schema's first), or the problem."""
+    fmt, fmt_field, message, message_field, what = (
+        (source.key_format, "keyFormat", source.key_message, "keyMessage", "key schema") if key
+        else (source.format, "format", source.message, "message", "schema"))
+    if fmt != "protobuf" or schema.schema_type != "PROTOBUF" or schema.descriptor is None:
+        return schema, None, [Problem(
+            f"source '{source.name}' has {fmt_field} {fmt}, but {_describe(schema)} holds a "
+            f"{schema.schema_type} schema", field=f"{where}.{fmt_field}")]
+    at = message_field if message is not None else fmt_field  # the message named is not there
+    try:
+        found = protobuf.message(schema.descriptor, message)
+        at = fmt_field  # a field has no Spark type
+        fields = protobuf.message_columns(found)
+    except protobuf.ProtobufTypeError as exc:
+        return schema, None, [Problem(f"source '{source.name}': the {what} of {_describe(schema)} has no "
+                                      f"Spark type: {exc}", field=f"{where}.{at}")]
+    return schema.model_copy(update={"message": found.full_name}), fields, []
+
+
 def _fields(source: Source, schema: RegistrySchema, where: str
             ) -> tuple[RegistrySchema, list[FieldSpec] | None, list[Problem]]:
     """The value columns of a source's registry schema (avro: the record's fields; protobuf: the
     message's, which the pinned schema names), or the problem."""
     if source.format == "protobuf" or schema.schema_type == "PROTOBUF":
-        if source.format != "protobuf" or schema.schema_type != "PROTOBUF" or schema.descriptor is None:
-            return schema, None, [Problem(
-                f"source '{source.name}' has format {source.format}, but {_describe(schema)} holds a "
-                f"{schema.schema_type} schema", field=f"{where}.format")]
-        at = "message" if source.message is not None else "format"  # the message named is not there
-        try:
-            found = protobuf.message(schema.descriptor, source.message)
-            at = "format"  # a field has no Spark type
-            fields = protobuf.message_columns(found)
-        except protobuf.ProtobufTypeError as exc:
-            return schema, None, [Problem(f"source '{source.name}': the schema of {_describe(schema)} has no "
-                                          f"Spark type: {exc}", field=f"{where}.{at}")]
-        return schema.model_copy(update={"message": found.full_name}), fields, []
+        return _protobuf_fields(source, schema, where, key=False)
     try:
         return schema, avro.columns(avro.parse(schema.schema_)), []
     except avro.AvroTypeError as exc:
@@ -126,7 +136,8 @@ def _resolve_key(source: Source, schema: RegistrySchema, where: str
     pinned schema then names it), or the declared subset of them; an Avro key of another schema
     (``"long"``, ``"string"``, ...) is one column, declared in ``keySchema``."""
     if source.key_format == "protobuf" or schema.schema_type == "PROTOBUF":
-        return _resolve_protobuf_key(source, schema, where)
+        schema, fields, problems = _protobuf_fields(source, schema, where, key=True)
+        return (source, schema, problems) if fields is None else _key_fields(source, fields, schema, where)
     try:
         mapped = avro.to_spark(avro.parse(schema.schema_, "key"), "key")
     except avro.AvroTypeError as exc:
@@ -145,23 +156,6 @@ def _key_fields(source: Source, fields: list[FieldSpec], schema: RegistrySchema,
         return source, schema, _declared_problems(source, fields, schema, where, key=True)
     columns = [Column(name=f.name, type=f.type) for f in fields]
     return source.model_copy(update={"key_schema": columns}), schema, []
-
-
-def _resolve_protobuf_key(source: Source, schema: RegistrySchema, where: str
-                          ) -> tuple[Source, RegistrySchema, list[Problem]]:
-    if source.key_format != "protobuf" or schema.schema_type != "PROTOBUF" or schema.descriptor is None:
-        return source, schema, [Problem(
-            f"source '{source.name}' has keyFormat {source.key_format}, but {_describe(schema)} holds a "
-            f"{schema.schema_type} schema", field=f"{where}.keyFormat")]
-    at = "keyMessage" if source.key_message is not None else "keyFormat"
-    try:
-        found = protobuf.message(schema.descriptor, source.key_message)
-        at = "keyFormat"  # a field has no Spark type
-        fields = protobuf.message_columns(found)
-    except protobuf.ProtobufTypeError as exc:
-        return source, schema, [Problem(f"source '{source.name}': the key schema of {_describe(schema)} has "
-                                        f"no Spark type: {exc}", field=f"{where}.{at}")]
-    return _key_fields(source, fields, schema.model_copy(update={"message": found.full_name}), where)
 
 
 def _primitive_key_problems(source: Source, mapped: avro.SqlType, schema: RegistrySchema, where: str
@@ -245,25 +239,36 @@ def resolve_sources(spec: QuerySpec, schemas: Mapping[str, RegistrySchema]) -> R
     return Resolved(new_spec, pinned, [])
 
 
+def derived_schema(columns: list[FieldSpec], name: str, subject: str, fmt: str, path: str = "value"
+                   ) -> tuple[RegistrySchema | None, str | None]:
+    """A sink schema derived from ``columns`` (``fmt`` protobuf: a message, else an Avro record, named
+    after ``name``) under ``subject``, or why the columns have none (:func:`schema_kind`)."""
+    try:
+        if fmt == "protobuf":
+            proto = protobuf_out.schema_of(columns, name, path=path)
+            return RegistrySchema(subject=subject, schema_type="PROTOBUF", schema_=proto.text,
+                                  descriptor=proto.descriptor, message=proto.message), None
+        schema = avro_out.schema_of(columns, name, path=path)
+    except (protobuf.ProtobufTypeError, avro.AvroTypeError) as exc:
+        return None, str(exc)
+    return RegistrySchema(subject=subject, schema_=avro_out.schema_text(schema)), None
+
+
 def sink_schema(spec: QuerySpec, out: list[FieldSpec]) -> tuple[RegistrySchema | None, list[Problem]]:
     """An avro or protobuf sink's schema, derived from the output columns ``out`` (None for json)."""
     subject = spec.sink.value_subject
     if subject is None:
         return None, []
-    if spec.sink.format == "protobuf":
-        try:
-            proto = protobuf_out.schema_of(out, spec.sink.topic)
-        except protobuf.ProtobufTypeError as exc:
-            return None, [Problem(f"the output has no Protobuf schema for sink topic '{spec.sink.topic}': "
-                                  f"{exc}", field="spec.sink.format")]
-        return RegistrySchema(subject=subject, schema_type="PROTOBUF", schema_=proto.text,
-                              descriptor=proto.descriptor, message=proto.message), []
-    try:
-        schema = avro_out.schema_of(out, spec.sink.topic)
-    except avro.AvroTypeError as exc:
-        return None, [Problem(f"the output has no Avro schema for sink topic '{spec.sink.topic}': {exc}",
-                              field="spec.sink.format")]
-    return RegistrySchema(subject=subject, schema_=avro_out.schema_text(schema)), []
+    schema, why = derived_schema(out, spec.sink.topic, subject, spec.sink.format)
+    if why is not None:
+        return None, [Problem(f"the output has no {schema_kind(spec.sink.format)} schema for sink topic "
+                              f"'{spec.sink.topic}': {why}", field="spec.sink.format")]
+    return schema, []
+
+
+def schema_kind(fmt: str) -> str:
+    """How a registry format's schemas are named in messages."""
+    return "Protobuf" if fmt == "protobuf" else "Avro"
 
 
 def plan_source_schemas(plan: Plan) -> dict[str, RegistrySchema]:
