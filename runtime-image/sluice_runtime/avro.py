@@ -359,8 +359,9 @@ def startup_problems(plan: Plan, settings: AvroSettings) -> list[str]:
 
 
 def _key_startup_problems(plan: Plan, settings: AvroSettings) -> list[str]:
-    """:func:`startup_problems` of avro keys."""
+    """:func:`startup_problems` of avro keys (and of a sink's protobuf key: its schema id)."""
     from sluice.core.plan.model import KafkaSinkV1, KafkaSourceV1
+    from sluice.core.spec import REGISTRY_FORMATS
 
     problems: list[str] = []
     for step in plan.steps:
@@ -371,7 +372,7 @@ def _key_startup_problems(plan: Plan, settings: AvroSettings) -> list[str]:
             elif settings.registry is None and not given:
                 problems.append(f"{REGISTRY_URL_ENV} is not set: the avro key of source {step.source} needs "
                                 "the schema registry for the writer schemas of its records")
-        elif isinstance(step, KafkaSinkV1) and step.key_format in ("avro", "protobuf"):
+        elif isinstance(step, KafkaSinkV1) and step.key_format in REGISTRY_FORMATS:
             if step.key_schema is None:
                 problems.append(f"{step.key_format} key of sink {step.topic}: the plan has no keySchema")
             if settings.sink_key_schema_id is None:

@@ -37,6 +37,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Final
 
 from sluice.core.plan.model import KafkaSinkV1, KafkaSourceV1
+from sluice.core.spec import REGISTRY_FORMATS
 
 from sluice_runtime import avro, malformed, protobuf
 
@@ -179,10 +180,11 @@ def fields_by_sql_name(step: KafkaSourceV1) -> dict[str, str]:
     return {f"{step.key_prefix or ''}{c.name}": c.name for c in step.key_columns or []}
 
 
-def column(step: KafkaSourceV1, df: DataFrame, name: str) -> Column:
-    """The key field ``name`` of a tagged frame, as the plan types it, named as in the step's schema."""
+def column(step: KafkaSourceV1, df: DataFrame, sql_name: str) -> Column:
+    """The key column ``sql_name`` of the step's schema from a tagged frame, as the plan types it."""
+    name = fields_by_sql_name(step)[sql_name]
     types = {c.name: c.type for c in step.key_columns or []}
-    return df[f"{KEY_PARSED}.`{name}`"].cast(types[name]).alias(f"{step.key_prefix or ''}{name}")
+    return df[f"{KEY_PARSED}.`{name}`"].cast(types[name]).alias(sql_name)
 
 
 def encode(step: KafkaSinkV1, key_schema_id: int | None = None) -> Column:
@@ -200,7 +202,7 @@ def encode(step: KafkaSinkV1, key_schema_id: int | None = None) -> Column:
         return cols[0].cast("string")
     if fmt == "json":
         return F.to_json(F.struct(*cols))
-    if fmt in ("avro", "protobuf"):
+    if fmt in REGISTRY_FORMATS:
         if step.key_schema is None or key_schema_id is None:
             raise avro.AvroConfigError(
                 f"sink {step.topic}: keyFormat {fmt} needs a keySchema and its schema id")

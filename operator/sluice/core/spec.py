@@ -55,8 +55,6 @@ class MalformedPolicy(SpecModel):
 #: Kafka's own serializers, ``kafka:<type>`` (``kafka:long`` is LongSerializer's 8 bytes big-endian).
 KeyFormat = Literal["string", "json", "avro", "protobuf", "kafka:string", "kafka:long", "kafka:int",
                     "kafka:short", "kafka:double", "kafka:float", "kafka:bytes", "kafka:uuid"]
-#: the key formats whose schemas live in the QueryCluster's schema registry
-REGISTRY_KEY_FORMATS = frozenset({"avro", "protobuf"})
 #: the Spark SQL type of the one column of a ``kafka:<type>`` key (and of a ``string`` one)
 PRIMITIVE_KEY_TYPES: dict[str, str] = {
     "string": "string", "kafka:string": "string", "kafka:long": "bigint", "kafka:int": "int",
@@ -69,7 +67,7 @@ _KEY_FORMAT_HELP = ("Record key format: string (UTF-8, the default), json (an ob
                     "LongSerializer...), kafka:bytes (the raw bytes), kafka:uuid (a UUID's text, UTF-8).")
 
 
-#: the value formats whose schemas live in the QueryCluster's schema registry
+#: the value and key formats whose schemas live in the QueryCluster's schema registry
 REGISTRY_FORMATS = frozenset({"avro", "protobuf"})
 
 
@@ -168,7 +166,7 @@ class Source(SpecModel):
             raise ValueError("subject: only an avro or protobuf source has a registry subject")
         if self.format != "protobuf" and self.message is not None:
             raise ValueError("message: only a protobuf source names a message")
-        if self.key_format not in REGISTRY_KEY_FORMATS and self.key_subject is not None:
+        if self.key_format not in REGISTRY_FORMATS and self.key_subject is not None:
             raise ValueError("keySubject: only an avro or protobuf key has a registry subject")
         if self.key_format != "protobuf" and self.key_message is not None:
             raise ValueError("keyMessage: only a protobuf key (keyFormat protobuf) names a message")
@@ -201,7 +199,7 @@ class Source(SpecModel):
     @property
     def key_registry_subject(self) -> str | None:
         """avro, protobuf key: the registry subject of the key schema (``<topic>-key`` unless given)."""
-        if self.key_format not in REGISTRY_KEY_FORMATS:
+        if self.key_format not in REGISTRY_FORMATS:
             return None
         return self.key_subject or key_subject_of(self.topic)
 
@@ -270,7 +268,7 @@ class Sink(SpecModel):
     def _subject(self) -> Sink:
         if self.format == "json" and self.subject is not None:
             raise ValueError("subject: only an avro or protobuf sink has a registry subject")
-        if self.key_format not in REGISTRY_KEY_FORMATS and self.key_subject is not None:
+        if self.key_format not in REGISTRY_FORMATS and self.key_subject is not None:
             raise ValueError("keySubject: only an avro or protobuf key has a registry subject")
         if self.key_format != "string" and not self.key:
             raise ValueError(f"keyFormat: {self.key_format} needs the key columns (key)")
@@ -281,7 +279,7 @@ class Sink(SpecModel):
     @property
     def key_registry_subject(self) -> str | None:
         """avro, protobuf key: the registry subject of the key schema (``<topic>-key`` unless given)."""
-        if self.key_format not in REGISTRY_KEY_FORMATS:
+        if self.key_format not in REGISTRY_FORMATS:
             return None
         return self.key_subject or key_subject_of(self.topic)
 

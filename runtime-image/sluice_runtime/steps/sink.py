@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from sluice.core.plan.model import KafkaSinkV1
+from sluice.core.spec import REGISTRY_FORMATS
 
 from sluice_runtime import avro, keys, protobuf
 from sluice_runtime.steps.base import BuildContext
@@ -52,7 +53,7 @@ def build(step: KafkaSinkV1, inputs: list[DataFrame], ctx: BuildContext) -> Data
         subject = step.value_schema.subject if step.value_schema is not None else step.topic
         schema_id = ctx.avro.require_sink_id(subject)
     key_schema_id = None
-    if step.key_format in ("avro", "protobuf"):
+    if step.key_format in REGISTRY_FORMATS:
         key_subject = step.key_schema.subject if step.key_schema is not None else step.topic
         key_schema_id = ctx.avro.require_sink_key_id(key_subject)
     return encode(step, inputs[0], schema_id, key_schema_id)

@@ -136,11 +136,11 @@ def build(step: KafkaSourceV1, inputs: list[DataFrame], ctx: BuildContext) -> Da
         ctx.dead_letters.append(DeadLetterRoute(source_id=step.id, frame=frame, topic=topic))
     good = malformed.apply_policy(tagged, policy, step.id, ctx, reason)
     declared = {c.name: c.type for c in step.columns}
-    key_fields = keys.fields_by_sql_name(step)
+    key_names = keys.fields_by_sql_name(step)
     cols = []
     for f in step.schema_:
-        if f.name in key_fields:
-            cols.append(keys.column(step, good, key_fields[f.name]))
+        if f.name in key_names:
+            cols.append(keys.column(step, good, f.name))
         elif f.name in declared:
             value = good[f"{malformed.PARSED}.`{f.name}`"]
             if step.format != "json":  # the plan's type: the decoder's own for what the compiler maps

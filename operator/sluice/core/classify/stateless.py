@@ -259,7 +259,7 @@ def _key_format(ctx: Ctx, old: Any, new: Any) -> set[str]:
 def _key_reader_schema(ctx: Ctx, old: Any, new: Any) -> set[str]:
     """An avro or protobuf key's pinned reader schema (a key format change stays unhandled: topology,
     as a value format change)."""
-    if old.key_format != new.key_format or new.key_format not in ("avro", "protobuf"):
+    if old.key_format != new.key_format or new.key_format not in REGISTRY_FORMATS:
         return set()
     if old.key_schema != new.key_schema:
         _compare(ctx, new.id, "keySchema", _pinned(old.key_schema), _pinned(new.key_schema),
@@ -363,7 +363,7 @@ def _sink(ctx: Ctx, old: Any, new: Any) -> set[str]:
         _compare(ctx, new.id, "valueSchema.subject", old.value_schema.subject, new.value_schema.subject,
                  "schema registry subject", _SINK_SUBJECT)
         handled.add("value_schema")
-    if old.key_format == new.key_format and new.key_format in ("avro", "protobuf") and old.key_schema \
+    if old.key_format == new.key_format and new.key_format in REGISTRY_FORMATS and old.key_schema \
             and new.key_schema:
         # derived from the key columns (judged as the record key); a changed subject as the value's
         _compare(ctx, new.id, "keySchema.subject", old.key_schema.subject, new.key_schema.subject,

@@ -18,7 +18,6 @@ from sluice.core.records import StatusModel
 from sluice.core.replace import backfill_output_topic
 from sluice.core.spec import (
     REGISTRY_FORMATS,
-    REGISTRY_KEY_FORMATS,
     QuerySpec,
     UpgradePolicy,
     key_subject_of,
@@ -62,11 +61,11 @@ def registry_problems(query: QuerySpec, cluster_name: str, has_registry: bool) -
                 for i, s in enumerate(query.sources) if s.format in REGISTRY_FORMATS]
     problems += [Problem(f"source '{s.name}' has keyFormat {s.key_format} and {why}",
                          field=f"spec.sources[{i}].keyFormat")
-                 for i, s in enumerate(query.sources) if s.key_format in REGISTRY_KEY_FORMATS]
+                 for i, s in enumerate(query.sources) if s.key_format in REGISTRY_FORMATS]
     if query.sink.format in REGISTRY_FORMATS:
         problems.append(Problem(f"the sink has format {query.sink.format} and {why}",
                                 field="spec.sink.format"))
-    if query.sink.key_format in REGISTRY_KEY_FORMATS:
+    if query.sink.key_format in REGISTRY_FORMATS:
         problems.append(Problem(f"the sink has keyFormat {query.sink.key_format} and {why}",
                                 field="spec.sink.keyFormat"))
     return problems
