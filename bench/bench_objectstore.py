@@ -100,6 +100,20 @@ class Batches:
                     values["sluice_batch_duration_seconds"])
 
 
+#: the runtime's log lines that say where a takeover's time went
+TAKEOVER_LINES = ("took over", "checkpoint epoch", "first batch", "first commit", "acquired", "lease")
+
+
+def takeover_lines(p: Platform, ns: str) -> str:
+    """The new active driver's log lines of its takeover (``--why``)."""
+    pod = p.active(ns, "q")
+    if pod is None:
+        return "  (no active driver)"
+    text = p.kubectl("logs", "-n", ns, pod["metadata"]["name"], "-c", "driver", "--tail", "200")
+    return "\n".join(f"  {line}" for line in text.splitlines()
+                     if any(mark in line for mark in TAKEOVER_LINES))
+
+
 def line(label: str, values: list[float]) -> str:
     return (f"{label:24s} n={len(values):4d}  p50 {statistics.median(values):6.3f}s  "
             f"p95 {percentile(values, 0.95):6.3f}s")
@@ -111,6 +125,8 @@ def main() -> int:
     parser.add_argument("--steady", type=float, default=120.0)
     parser.add_argument("--rate", type=float, default=20.0)
     parser.add_argument("--state-dir", type=Path, default=REPO / ".platform")
+    parser.add_argument("--why", action="store_true",
+                        help="after each event, print the new active driver's takeover log lines")
     args = parser.parse_args()
     p = Platform(args.state_dir)
     from confluent_kafka.admin import AdminClient, NewTopic
@@ -176,6 +192,8 @@ def main() -> int:
                 results.setdefault((kind, storage), []).append((gap, record.get("gapSeconds")))
                 print(f"round {round_ + 1} {kind:13s} {storage:6s} output gap {gap:6.2f}s  runtime gap "
                       f"{record.get('gapSeconds')}s ({record.get('reason')})", flush=True)
+                if args.why:
+                    print(takeover_lines(p, ns), flush=True)
     for storage, w in watchers.items():
         sent, lost, dup = w.stop()
         print(f"query on {storage}: {sent} records sent, {lost} lost, {dup} duplicated (read_committed)")
