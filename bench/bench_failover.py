@@ -19,6 +19,14 @@ One more on the real node, only when asked for with ``--kinds``:
   ``classes.jsa``, after the image's ``SPARK_SUBMIT_OPTS``): the baseline of the image's archive
   (``sluice_runtime.classdata``) in a cold restart.
 
+Two more with executors (``executors: 2`` per active driver, a ``ReadWriteMany`` state claim, a
+standby), only when asked for with ``--kinds``:
+
+* ``kill-executors-release``: kill -9 of the active driver, ``standbyExecutors: release`` (the
+  default: the standby holds no executor pods and asks for them when it takes over);
+* ``kill-executors-hold``: the same with ``standbyExecutors: hold`` (the standby runs executors of
+  its own and warmed up through them).
+
 Two more, on two nodes with checkpoints in the object store (``bench/failover_nodes.py``), only
 when asked for with ``--kinds`` (the platform then runs two nodes):
 
@@ -27,6 +35,7 @@ when asked for with ``--kinds`` (the platform then runs two nodes):
 
     python bench/bench_failover.py [--events 5] [--rate 20] [--kinds node-standby,node-cold]
     python bench/bench_failover.py --kinds kill-cold,kill-cold-noarchive
+    python bench/bench_failover.py --kinds kill-executors-release,kill-executors-hold
 
 Needs nothing running: it starts the platform and the operator like ``make demo`` (and leaves
 them running). Prints one line per event and p50/p95 per kind with the ratios.
@@ -64,6 +73,8 @@ KINDS = ("kill-standby", "kill-cold", "roll-handoff", "restart-cold")
 NODE_KINDS = ("node-standby", "node-cold")
 #: a cold restart without the image's class-data archive (the JDK's own instead)
 NOARCHIVE = "kill-cold-noarchive"
+#: fail-overs of queries with executors, by what their standby does with executor pods
+EXECUTOR_KINDS = {"kill-executors-release": "release", "kill-executors-hold": "hold"}
 JDK_ARCHIVE_OPTION = "-XX:SharedArchiveFile=/usr/lib/jvm/java-17-openjdk-amd64/lib/server/classes.jsa"
 
 
@@ -92,7 +103,7 @@ class Platform:
         return result.stdout
 
     def namespace(self, prefix: str, memory: str = "512Mi", heap: str = "768m",
-                  java_options: str = "") -> str:
+                  java_options: str = "", cluster: dict[str, Any] | None = None) -> str:
         """A new namespace with a default QueryCluster on the platform's broker (small drivers;
         ``java_options``: the drivers' ``spark.driver.extraJavaOptions``, none by default)."""
         ns = f"{prefix}-{uuid.uuid4().hex[:6]}"
@@ -105,7 +116,7 @@ class Platform:
             "metadata": {"name": "default", "namespace": ns},
             "spec": {"serviceId": "bench", "kafka": {"bootstrapServers": self.bootstrap},
                      "driver": {"requests": {"cpu": "100m", "memory": memory}},
-                     "sparkConf": spark_conf}})
+                     "sparkConf": spark_conf, **(cluster or {})}})
         return ns
 
     def apply_when_admitted(self, doc: dict[str, Any], timeout: float = 120) -> None:
@@ -269,9 +280,10 @@ def main() -> int:
                         help="lease.durationSeconds of the node-loss queries (3 to 300)")
     args = parser.parse_args()
     kinds = [k for k in args.kinds.split(",") if k]
-    unknown = set(kinds) - set(KINDS) - set(NODE_KINDS) - {NOARCHIVE}
+    unknown = set(kinds) - set(KINDS) - set(NODE_KINDS) - {NOARCHIVE} - set(EXECUTOR_KINDS)
     if unknown:
-        parser.error(f"unknown --kinds {sorted(unknown)}: {', '.join((*KINDS, NOARCHIVE, *NODE_KINDS))}")
+        parser.error(f"unknown --kinds {sorted(unknown)}: "
+                     f"{', '.join((*KINDS, NOARCHIVE, *EXECUTOR_KINDS, *NODE_KINDS))}")
     on_nodes = any(k in NODE_KINDS for k in kinds)
     p = Platform(args.state_dir, nodes=2 if on_nodes else 1)
     from confluent_kafka.admin import AdminClient, NewTopic
@@ -283,6 +295,11 @@ def main() -> int:
         where.update({k: (ns, "warm", 1) if k == "kill-standby" else (ns, "cold", 0) for k in KINDS})
     if NOARCHIVE in kinds:
         where[NOARCHIVE] = (p.namespace("bench-failover-jdk", java_options=JDK_ARCHIVE_OPTION), "cold", 0)
+    for kind, mode in EXECUTOR_KINDS.items():
+        if kind in kinds:
+            where[kind] = (p.namespace(f"bench-failover-{mode}", cluster={
+                "executors": 2, "standbyExecutors": mode, "storage": {"accessMode": "ReadWriteMany"},
+                "executor": {"requests": {"cpu": "100m", "memory": "512Mi"}}}), "warm", 1)
     if on_nodes:
         import failover_nodes
 
@@ -353,6 +370,9 @@ def main() -> int:
     if "roll-handoff" in summary and "restart-cold" in summary:
         ratio = summary["roll-handoff"] / summary["restart-cold"]
         print(f"restart by hand-off vs a cold restart:      {ratio:.2f}")
+    if "kill-executors-release" in summary and "kill-executors-hold" in summary:
+        ratio = summary["kill-executors-release"] / summary["kill-executors-hold"]
+        print(f"with executors, a standby without vs with:  {ratio:.2f}")
     if "node-standby" in summary and "node-cold" in summary:
         ratio = summary["node-standby"] / summary["node-cold"]
         print(f"node loss with a standby vs without one:    {ratio:.2f}")

@@ -28,6 +28,10 @@ flag                  variable                  default
 --lease-namespace     SLUICE_LEASE_NAMESPACE    namespace of the Lease
 --pod-name            SLUICE_POD_NAME           this driver's pod (role label, identity)
 --lease-seconds       SLUICE_LEASE_SECONDS      10
+(none)                SLUICE_STANDBY_EXECUTORS  release: with executors (a k8s:// master), a standby
+                                                holds no executor pods; the Lease's holder asks for
+                                                them (``hold``: every standby runs its own)
+                                                (``sluice_runtime.standby_executors``)
 (none)                SLUICE_ENGINE             (none) the digest of the engine the operator deployed
                                                 this driver with, echoed in its Lease records
 (none)                SLUICE_MEMORY_LIMIT       (none) the driver container's memory limit (bytes or a
@@ -93,6 +97,7 @@ from sluice_runtime.config import (
 )
 from sluice_runtime.kafka_security import KafkaSecurity, KafkaSecurityError, with_jvm_options
 from sluice_runtime.kafka_security import from_env as kafka_security_from_env
+from sluice_runtime.standby_executors import RELEASE, STANDBY_EXECUTORS_ENV, plan_for, start_conf
 
 if TYPE_CHECKING:
     from sluice.core.plan.model import Plan
@@ -273,6 +278,11 @@ def resolve_config(args: argparse.Namespace, env: Mapping[str, str]) -> RunConfi
     eos_writers = (env.get("SLUICE_EOS_WRITERS") or "driver").strip()
     if eos_writers not in EOS_WRITERS:
         raise ConfigError(f"SLUICE_EOS_WRITERS: {eos_writers!r} is neither of {', '.join(EOS_WRITERS)}")
+    standby_executors = (env.get(STANDBY_EXECUTORS_ENV) or RELEASE).strip()
+    try:
+        plan_for(conf, pick(args.master, "SLUICE_MASTER", "local[2]"), standby_executors, bool(lease_name))
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
     return RunConfig(
         plan=plan,
         checkpoint=checkpoint,
@@ -299,6 +309,7 @@ def resolve_config(args: argparse.Namespace, env: Mapping[str, str]) -> RunConfi
         memory=memory_from_env(env),
         avro=avro_settings,
         eos_writers=eos_writers,
+        standby_executors=standby_executors,
     )
 
 
@@ -406,13 +417,15 @@ def execute(config: RunConfig) -> int:
             log.info("Kafka connector: resolving %s with Spark", fallback["spark.jars.packages"])
         conf = {**fallback, **conf}
     conf = with_jvm_options(conf, config.kafka)  # Kafka's system properties, before the JVM starts
+    standby = plan_for(conf, config.master, config.standby_executors, bool(config.lease_name))
+    conf = start_conf(conf, standby)  # a standby that releases executors starts without
     spark = create_spark(plan, config.master, conf, config.jars, own_session=True, memory=config.memory)
     state.plan_hash = plan.hash or plan.compute_hash()
     state.metrics.plan.labels(state.plan_hash).set(1)
     state.metrics.watch_skipping(skipping_sources(plan))
     try:
         if config.lease_name:
-            return driver.run_elected(config, plan, spark, state, drain_requested, query_id)
+            return driver.run_elected(config, plan, spark, state, drain_requested, query_id, standby)
 
         def start(avro: AvroSettings) -> Any:
             return build_pipeline(

@@ -59,6 +59,9 @@ class RunConfig:
     #: producer in the driver (:mod:`sluice_runtime.sink_exactly_once`), or ``tasks``, a transaction
     #: per output partition written by the tasks (:mod:`sluice_runtime.eos_tasks`)
     eos_writers: str = "driver"
+    #: what a standby does with executor pods (``SLUICE_STANDBY_EXECUTORS``, QueryCluster
+    #: ``spec.standbyExecutors``): ``release`` or ``hold`` (:mod:`sluice_runtime.standby_executors`)
+    standby_executors: str = "release"
 
 
 EOS_WRITERS = ("driver", "tasks")

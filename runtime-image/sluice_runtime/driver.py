@@ -46,6 +46,7 @@ from sluice_runtime.brokerlag import BrokerLag
 from sluice_runtime.cleanup import CheckpointCleaner
 from sluice_runtime.priority import STANDBY_NICE, own_pids, set_priority
 from sluice_runtime.progress import ProgressTail
+from sluice_runtime.standby_executors import HOLD, ExecutorHold, StandbyExecutors
 from sluice_runtime.startpoint import StartRefused, prepare_start
 from sluice_runtime.takeover import (
     DEAD_LETTER_DEFER,
@@ -239,6 +240,15 @@ def advertised_address(http_addr: str | None, env: dict[str, str]) -> str | None
     return f"{host}:{port}"
 
 
+def give_back(executors: ExecutorHold, spark: Any) -> None:
+    """A driver standing by again gives its executors back; one that cannot goes on standing by
+    with them (logged: the next takeover finds them there)."""
+    try:
+        executors.release(spark.sparkContext)
+    except Exception as exc:
+        log.warning("executors: cannot give them back while standing by: %s", exc)
+
+
 def run_elected(
     config: RunConfig,
     plan: Plan,
@@ -246,7 +256,11 @@ def run_elected(
     state: RuntimeState,
     drain_requested: threading.Event,
     query_id: str,
+    standby: StandbyExecutors | None = None,
 ) -> int:
+    """Stand by, take the Lease, run terms (:func:`_term`) until drained. ``standby``: what this
+    driver does with executor pods while it stands by (:mod:`sluice_runtime.standby_executors`;
+    None: it has none, or holds them)."""
     from sluice_runtime.elector import Elector
     from sluice_runtime.kubeapi import KubeApi, KubeConfig
     from sluice_runtime.pipeline import prepare_pipeline
@@ -266,7 +280,10 @@ def run_elected(
     try:
         started = time.monotonic()
         # Warm up on the plan only while another driver serves: with nobody serving, start now.
-        warm_up = "plan" if elector.someone_serving() else "none"
+        # A standby without executors cannot run the plan's tasks: it does not warm up.
+        executors = ExecutorHold(standby or StandbyExecutors(HOLD, 0))
+        can_warm_up = not executors.policy.released
+        warm_up = "plan" if can_warm_up and elector.someone_serving() else "none"
         try:
             prepared = prepare_pipeline(
                 spark, plan, bootstrap=config.bootstrap, query_id=query_id, security=config.kafka,
@@ -309,12 +326,13 @@ def run_elected(
             state.metrics.set_role("standby")
             state.health.draining = False
             set_pod_role(api, config.lease_namespace, pod, "standby")
-            late = None if warmed else warm_up_late
+            late = None if warmed or not can_warm_up else warm_up_late
             leadership = elector.wait_for_leadership(drain_requested, while_held=late)
             cancel_warm_up.set()  # a late warm-up still running stops its queries first
             if leadership is None:
                 log.info("standby: stopped before taking over")
                 return 0
+            executors.acquire(spark.sparkContext)  # their pods start while the epoch is prepared
             for thread in warming:
                 thread.join(10)
             log.debug("active: %s threads at normal priority", set_priority(own_pids(spark), 0))
@@ -323,6 +341,7 @@ def run_elected(
             if end == LOST:
                 set_priority(own_pids(spark), STANDBY_NICE)
             if end in (HANDOFF, LOST):  # a hand-off lowered it before stopping its queries
+                give_back(executors, spark)
                 continue
             if end == DRAIN:
                 stay_out_of_the_way(elector, leadership.epoch)

@@ -70,12 +70,26 @@ def effective_conf(
     return out
 
 
-def _launch_own_session_gateway(master: str, settings: Mapping[str, str]) -> None:
-    """Start Spark's JVM in a session of its own.
+#: Spark's setting of the executors a static allocation starts with
+EXECUTOR_INSTANCES = "spark.executor.instances"
 
-    A signal sent to the driver's process group (a SIGTERM to the group, Ctrl-C) then reaches the
-    Python runtime alone, which drains; the JVM must keep running until the drain is done. It
-    still dies with the runtime: PySpark's gateway exits when its stdin pipe from Python breaks.
+
+def launch_settings(settings: Mapping[str, str]) -> dict[str, str]:
+    """The settings spark-submit launches the JVM with: all but ``spark.executor.instances=0``,
+    which spark-submit refuses without dynamic allocation ("Number of executors must be a positive
+    number") while the SparkContext accepts it (no executor pods until the scheduler is asked for
+    some: a standby that releases its executors, :mod:`sluice_runtime.standby_executors`). The
+    SparkContext gets every setting from the session's builder."""
+    return {k: v for k, v in settings.items() if not (k == EXECUTOR_INSTANCES and v.strip() == "0")}
+
+
+def _launch_gateway(master: str, settings: Mapping[str, str], own_session: bool) -> None:
+    """Start Spark's JVM (spark-submit) with :func:`launch_settings`.
+
+    ``own_session``: in a process session of its own. A signal sent to the driver's process group
+    (a SIGTERM to the group, Ctrl-C) then reaches the Python runtime alone, which drains; the JVM
+    must keep running until the drain is done. It still dies with the runtime: PySpark's gateway
+    exits when its stdin pipe from Python breaks.
     """
     from pyspark import SparkConf, SparkContext
     from pyspark.java_gateway import launch_gateway
@@ -83,9 +97,9 @@ def _launch_own_session_gateway(master: str, settings: Mapping[str, str]) -> Non
     if SparkContext._gateway is not None:
         return
     spark_conf = SparkConf(loadDefaults=False).setMaster(master).setAppName("sluice-runtime")
-    for key, value in settings.items():
+    for key, value in launch_settings(settings).items():
         spark_conf.set(key, value)
-    gateway = launch_gateway(spark_conf, popen_kwargs={"start_new_session": True})
+    gateway = launch_gateway(spark_conf, popen_kwargs={"start_new_session": True} if own_session else None)
     SparkContext._ensure_initialized(gateway=gateway, conf=spark_conf)
 
 
@@ -103,8 +117,8 @@ def create_spark(
     from pyspark.sql import SparkSession
 
     settings = effective_conf(plan, conf, jars, master=master, memory=memory)
-    if own_session:
-        _launch_own_session_gateway(master, settings)
+    if own_session or launch_settings(settings) != settings:
+        _launch_gateway(master, settings, own_session)
     builder = SparkSession.builder.master(master).appName("sluice-runtime")
     for key, value in settings.items():
         builder = builder.config(key, value)

@@ -398,7 +398,7 @@ def review_cluster(operation: str, new: Mapping[str, Any], old: Mapping[str, Any
 ENGINE_FIELDS = ("image", "imagePullPolicy", "sparkVersion", "sparkConf", "driver", "executor", "executors",
                  "drainSeconds", "kafka.bootstrapServers", "kafka.tls", "kafka.sasl", "kafka.clientSettings",
                  "podTemplate",
-                 "lease.durationSeconds", "storage.objectStore")
+                 "lease.durationSeconds", "storage.objectStore", "standbyExecutors")
 
 
 def engine_fields_changed(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]:

@@ -16,13 +16,15 @@ from sluice.crd.objectstore import ObjectStore
 from sluice.crd.podtemplate import PodTemplates
 
 ImagePullPolicy = Literal["Always", "IfNotPresent", "Never"]
+#: what a standby driver does with executor pods (QueryCluster ``spec.standbyExecutors``)
+StandbyExecutors = Literal["release", "hold"]
 
 #: The version of the pod template the operator's builders make of an engine. An operator whose
 #: builders change the driver pods' template bumps it (``tests/unit/operator/test_workload_template.py``
 #: fails until it does): every query's engine then differs from the one pinned in its status, and
 #: the new template reaches the queries through their QueryCluster's rollout, in waves behind the
 #: health gate, never by the operator's upgrade alone.
-WORKLOAD_TEMPLATE = 3
+WORKLOAD_TEMPLATE = 4
 
 
 class Engine(StatusModel):
@@ -51,6 +53,9 @@ class Engine(StatusModel):
     object_store: ObjectStore | None = Field(
         default=None, description="The object store the checkpoints live in (absent: the state volume). "
         "Where they live (its uri, or a volume) never changes under a running query.")
+    standby_executors: StandbyExecutors | None = Field(
+        default=None, description="What a standby driver does with executor pods (absent: release, the "
+        "default; so that the default changes no digest).")
     template: int = Field(default=0, description="The version of the operator's pod template it was deployed "
                           "with.")
 

@@ -20,12 +20,14 @@ DIGESTS = {1: "8d60a600b59ac8aecd72293b95294bbb5df63c1ca636525de35c7aa88259033f"
            # 2: the driver container's memory limit for the runtime (SLUICE_MEMORY_LIMIT, Downward API)
            2: "36a466e10e273acd8ea8e339f0134fd81001f965ff45dac5911f1463fff280d1",
            # 3: the drivers tolerate a lost node 10 s (not 300 s); a checkpoint in an object store (no claim)
-           3: "9bae658b5be10986ba34bf5bd61da91e72a7ddc0cec6a9b492c0349e9f43c102"}
+           3: "9bae658b5be10986ba34bf5bd61da91e72a7ddc0cec6a9b492c0349e9f43c102",
+           # 4: executor pods named after their driver pod; the reference gains a query with executors
+           4: "63357176cf9ddad5cb24ea4619ffdc299eb5520de2f6b98789b635aa78a71c5c"}
 
 
-def reference() -> dict[str, Any]:
+def reference(**cluster: Any) -> dict[str, Any]:
     # an image named (the default one carries the operator's version, which is no template change)
-    ctx = context(cluster=cluster_spec(image="sluice-runtime:reference"))
+    ctx = context(cluster=cluster_spec(image="sluice-runtime:reference", **cluster))
     deployment = driver_deployment(ctx, "ab" * 32, "totals-plan-abababababab")
     template = deployment["spec"]["template"]
     template["metadata"]["labels"].pop("sluice.dev/engine")
@@ -35,7 +37,9 @@ def reference() -> dict[str, Any]:
 
 
 def digest() -> str:
-    return hashlib.sha256(json.dumps(reference(), sort_keys=True).encode()).hexdigest()
+    """Of the reference query in local mode and, since version 4, with executors."""
+    both = [reference(), reference(executors=2, storage={"accessMode": "ReadWriteMany"})]
+    return hashlib.sha256(json.dumps(both, sort_keys=True).encode()).hexdigest()
 
 
 def test_a_changed_pod_template_comes_with_a_new_template_version() -> None:

@@ -8,7 +8,13 @@ from typing import Any
 
 from sluice.core import election, podtemplate
 from sluice.core.gate import ENGINE_LABEL
-from sluice.core.naming import EXECUTOR_POD_TEMPLATE_ENV, PLAN_FILE, PLAN_MOUNT, STATE_MOUNT
+from sluice.core.naming import (
+    EXECUTOR_POD_TEMPLATE_ENV,
+    PLAN_FILE,
+    PLAN_MOUNT,
+    STANDBY_EXECUTORS_ENV,
+    STATE_MOUNT,
+)
 from sluice.core.replace import OUTPUT_TOPIC_ENV, PREVIOUS_VERSION_ENV, START_FROM_ENV
 from sluice.crd.base import SecretKeyRef
 from sluice.crd.objectstore import ACCESS_KEY, SECRET_KEY
@@ -60,7 +66,10 @@ def spark_conf(ctx: QueryContext) -> dict[str, str]:
             # client mode inside the driver pod: Spark talks to the API server with the pod's
             # service account; executor pods are owned by the driver pod (garbage-collected with it)
             "spark.kubernetes.driver.pod.name": "$(POD_NAME)",
-            "spark.kubernetes.executor.podNamePrefix": ctx.names.base + ("-backfill" if ctx.backfill else ""),
+            # executor pods named after their driver pod (``<driver pod>-exec-<n>``): every driver
+            # of the query counts its executors from 1, and a driver that takes over while its
+            # predecessor's pod (and its finished executor pods) remains must not collide with them
+            "spark.kubernetes.executor.podNamePrefix": "$(POD_NAME)",
             "spark.kubernetes.executor.label.sluice.dev/query": ctx.names.base,
             "spark.kubernetes.executor.label.app.kubernetes.io/component": "executor",
             "spark.kubernetes.executor.label.app.kubernetes.io/managed-by": MANAGED_BY,
@@ -224,6 +233,9 @@ def driver_env(ctx: QueryContext, plan_hash: str | None = None) -> list[dict[str
         env.append({"name": OUTPUT_TOPIC_ENV, "value": ctx.output_topic})
     if ctx.start_from is not None:  # a backfill's fresh checkpoint starts there
         env.append({"name": START_FROM_ENV, "value": ctx.start_from})
+    if ctx.executors > 0 and ctx.cluster.standby_executors != "release":
+        # absent by default (the runtime's default is release): the pods stay as they were
+        env.append({"name": STANDBY_EXECUTORS_ENV, "value": ctx.cluster.standby_executors})
     writers = ctx.cluster.exactly_once.writers if ctx.cluster.exactly_once is not None else "driver"
     if writers != "driver":  # absent by default: the pods of a cluster without it stay as they were
         env.append({"name": "SLUICE_EOS_WRITERS", "value": writers})

@@ -1,0 +1,113 @@
+"""Executor pods for the active driver only (QueryCluster ``spec.standbyExecutors``).
+
+With executors (Spark's Kubernetes scheduler, a ``k8s://`` master) every driver pod of a query
+starts its SparkContext at once, standbys included. What a standby does with executor pods:
+
+* ``release`` (the default): a standby holds none. Its SparkContext starts with
+  ``spark.executor.instances=0`` (:func:`start_conf`) and does not warm up on the plan (that needs
+  executors to run its tasks). When it takes the Lease it asks Spark's scheduler for the query's
+  executors (:meth:`ExecutorHold.acquire`: ``requestTotalExecutors``), before it prepares its
+  checkpoint epoch and starts its queries, so the pods start meanwhile; the first batch's tasks wait
+  for them. A driver that loses or hands off the Lease and stands by again gives them back
+  (:meth:`ExecutorHold.release`: the target set to 0, the registered executors killed; Spark deletes
+  their pods). A takeover then costs the executor pods' start (a JVM mapping the image's class-data
+  archive, then registration) and a driver that never ran the plan.
+* ``hold``: every standby runs the query's executors and warms up through them, as the active
+  driver does: the shortest takeover, for the pods' cost.
+
+Local mode (no executors) is unaffected by either.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from sluice.core.naming import STANDBY_EXECUTORS_ENV
+
+log = logging.getLogger(__name__)
+
+__all__ = ["HOLD", "MODES", "RELEASE", "STANDBY_EXECUTORS_ENV", "ExecutorHold", "StandbyExecutors",
+           "plan_for", "start_conf"]
+
+RELEASE = "release"
+HOLD = "hold"
+MODES = (RELEASE, HOLD)
+INSTANCES = "spark.executor.instances"
+#: Spark's default of ``spark.executor.instances`` with static allocation
+SPARK_DEFAULT_INSTANCES = 2
+
+
+@dataclass(frozen=True)
+class StandbyExecutors:
+    """What this driver does with executor pods while it stands by."""
+
+    mode: str  # RELEASE or HOLD
+    executors: int  # the query's executors (the active driver's)
+
+    @property
+    def released(self) -> bool:
+        """Whether a standby holds no executor pods (release mode, with executors)."""
+        return self.mode == RELEASE and self.executors > 0
+
+
+def plan_for(conf: Mapping[str, str], master: str, mode: str, elected: bool) -> StandbyExecutors:
+    """The standby policy of a driver: ``conf`` its Spark settings, ``master`` Spark's master,
+    ``mode`` one of :data:`MODES`, ``elected`` whether it runs under a Lease (a driver without
+    election is always active). Executors: ``spark.executor.instances`` of a ``k8s://`` master
+    (Spark's default 2 when unset), 0 otherwise. ValueError for an unknown mode or count."""
+    if mode not in MODES:
+        raise ValueError(f"{STANDBY_EXECUTORS_ENV}: {mode!r} is neither of {', '.join(MODES)}")
+    if not master.startswith("k8s://"):
+        return StandbyExecutors(mode, 0)
+    text = conf.get(INSTANCES, str(SPARK_DEFAULT_INSTANCES)).strip()
+    try:
+        executors = int(text)
+    except ValueError:
+        raise ValueError(f"{INSTANCES} must be a whole number, got {text!r}") from None
+    if executors < 0:
+        raise ValueError(f"{INSTANCES} must not be negative, got {text!r}")
+    return StandbyExecutors(mode if elected else HOLD, executors)
+
+
+def start_conf(conf: Mapping[str, str], policy: StandbyExecutors) -> dict[str, str]:
+    """The Spark settings a driver's SparkContext starts with: no executors when standbys release
+    them (the Lease's holder asks for them, :class:`ExecutorHold`)."""
+    out = dict(conf)
+    if policy.released:
+        out[INSTANCES] = "0"
+    return out
+
+
+class ExecutorHold:
+    """Asks Spark's scheduler for the query's executors at a takeover and gives them back when the
+    driver stands by again (``release`` mode; nothing in ``hold`` mode or local mode)."""
+
+    def __init__(self, policy: StandbyExecutors) -> None:
+        self.policy = policy
+        self.held = not policy.released  # hold mode: the context started with them
+
+    def acquire(self, spark_context: Any) -> None:
+        if self.held:
+            return
+        sc, jvm = spark_context._jsc.sc(), spark_context._jvm
+        empty = jvm.org.apache.spark.api.python.PythonUtils.toScalaMap(jvm.java.util.HashMap())
+        accepted = sc.requestTotalExecutors(self.policy.executors, 0, empty)
+        self.held = True
+        log.info("executors: %s asked of Spark's scheduler (%s)", self.policy.executors,
+                 "accepted" if accepted else "not accepted")
+
+    def release(self, spark_context: Any) -> None:
+        if not self.held or not self.policy.released:
+            return
+        sc, jvm = spark_context._jsc.sc(), spark_context._jvm
+        empty = jvm.org.apache.spark.api.python.PythonUtils.toScalaMap(jvm.java.util.HashMap())
+        sc.requestTotalExecutors(0, 0, empty)  # no replacement for the ones killed below
+        registered = sc.getExecutorIds()  # a Scala Seq, handed back as it is
+        count = registered.size()
+        if count:
+            sc.killExecutors(registered)
+        self.held = False
+        log.info("executors: %s given back (standing by)", count)
