@@ -28,9 +28,9 @@ flag                  variable                  default
 --lease-namespace     SLUICE_LEASE_NAMESPACE    namespace of the Lease
 --pod-name            SLUICE_POD_NAME           this driver's pod (role label, identity)
 --lease-seconds       SLUICE_LEASE_SECONDS      10
-(none)                SLUICE_STANDBY_EXECUTORS  release: with executors (a k8s:// master), a standby
-                                                holds no executor pods; the Lease's holder asks for
-                                                them (``hold``: every standby runs its own)
+(none)                SLUICE_STANDBY_EXECUTORS  hold: with executors (a k8s:// master), every standby
+                                                runs its own; ``release``: a standby holds none,
+                                                the Lease's holder asks for them
                                                 (``sluice_runtime.standby_executors``)
 (none)                SLUICE_ENGINE             (none) the digest of the engine the operator deployed
                                                 this driver with, echoed in its Lease records
@@ -97,7 +97,7 @@ from sluice_runtime.config import (
 )
 from sluice_runtime.kafka_security import KafkaSecurity, KafkaSecurityError, with_jvm_options
 from sluice_runtime.kafka_security import from_env as kafka_security_from_env
-from sluice_runtime.standby_executors import RELEASE, STANDBY_EXECUTORS_ENV, plan_for, start_conf
+from sluice_runtime.standby_executors import HOLD, STANDBY_EXECUTORS_ENV, plan_for, start_conf
 
 if TYPE_CHECKING:
     from sluice.core.plan.model import Plan
@@ -278,7 +278,7 @@ def resolve_config(args: argparse.Namespace, env: Mapping[str, str]) -> RunConfi
     eos_writers = (env.get("SLUICE_EOS_WRITERS") or "driver").strip()
     if eos_writers not in EOS_WRITERS:
         raise ConfigError(f"SLUICE_EOS_WRITERS: {eos_writers!r} is neither of {', '.join(EOS_WRITERS)}")
-    standby_executors = (env.get(STANDBY_EXECUTORS_ENV) or RELEASE).strip()
+    standby_executors = (env.get(STANDBY_EXECUTORS_ENV) or HOLD).strip()
     try:
         plan_for(conf, pick(args.master, "SLUICE_MASTER", "local[2]"), standby_executors, bool(lease_name))
     except ValueError as exc:

@@ -60,8 +60,8 @@ class RunConfig:
     #: per output partition written by the tasks (:mod:`sluice_runtime.eos_tasks`)
     eos_writers: str = "driver"
     #: what a standby does with executor pods (``SLUICE_STANDBY_EXECUTORS``, QueryCluster
-    #: ``spec.standbyExecutors``): ``release`` or ``hold`` (:mod:`sluice_runtime.standby_executors`)
-    standby_executors: str = "release"
+    #: ``spec.standbyExecutors``): ``hold`` or ``release`` (:mod:`sluice_runtime.standby_executors`)
+    standby_executors: str = "hold"
 
 
 EOS_WRITERS = ("driver", "tasks")

@@ -3,7 +3,9 @@
 With executors (Spark's Kubernetes scheduler, a ``k8s://`` master) every driver pod of a query
 starts its SparkContext at once, standbys included. What a standby does with executor pods:
 
-* ``release`` (the default): a standby holds none. Its SparkContext starts with
+* ``hold`` (the default): every standby runs the query's executors and warms up on the plan
+  through them, as the active driver does: the shortest takeover, for the pods' cost.
+* ``release``: a standby holds none. Its SparkContext starts with
   ``spark.executor.instances=0`` (:func:`start_conf`) and does not warm up on the plan (that needs
   executors to run its tasks). When it takes the Lease it asks Spark's scheduler for the query's
   executors (:meth:`ExecutorHold.acquire`: ``requestTotalExecutors``), before it prepares its
@@ -11,9 +13,8 @@ starts its SparkContext at once, standbys included. What a standby does with exe
   for them. A driver that loses or hands off the Lease and stands by again gives them back
   (:meth:`ExecutorHold.release`: the target set to 0, the registered executors killed; Spark deletes
   their pods). A takeover then costs the executor pods' start (a JVM mapping the image's class-data
-  archive, then registration) and a driver that never ran the plan.
-* ``hold``: every standby runs the query's executors and warms up through them, as the active
-  driver does: the shortest takeover, for the pods' cost.
+  archive, then registration), cold executors and a driver that never ran the plan: measured
+  several times longer than with ``hold`` (docs/performance.md).
 
 Local mode (no executors) is unaffected by either.
 """

@@ -3,7 +3,8 @@
 
 Steady input (20 records/s, two source partitions) into a stateless exactly-once query whose active
 driver runs two executor pods that Spark's Kubernetes scheduler creates, and whose standby holds
-none (QueryCluster ``spec.standbyExecutors``, default ``release``): the driver that takes the Lease
+none (QueryCluster ``spec.standbyExecutors: release``; the default, ``hold``, is what the other
+executor test runs): the driver that takes the Lease
 asks for them, the one that stands by again gives them back. Every output record is written by a
 task on an executor, in a transaction per output partition. One scenario on one query: an executor
 pod killed (force-deleted) while the query runs; the SIGSTOP zombie (the active driver paused past
@@ -81,7 +82,7 @@ def test_task_writers_on_two_executors_lose_and_repeat_nothing_through_an_execut
     cluster.apply(
         cluster_doc(ns, cluster.bootstrap, executors=2, storage={"accessMode": "ReadWriteMany"},
                     executor={"requests": {"cpu": "100m", "memory": "512Mi"}}, standbyReplicas=1,
-                    exactlyOnce={"writers": "tasks"}),
+                    exactlyOnce={"writers": "tasks"}, standbyExecutors="release"),
         feed_query(ns, src, out))
     feed = Feed(cluster.bootstrap, src)
     try:

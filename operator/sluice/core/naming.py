@@ -32,7 +32,7 @@ SPEC_FILE = "spec.json"
 #: the executor pod template (JSON) a driver with executors hands to Spark's Kubernetes scheduler
 EXECUTOR_POD_TEMPLATE_ENV = "SLUICE_EXECUTOR_POD_TEMPLATE"
 #: what a standby driver does with executor pods (QueryCluster ``spec.standbyExecutors``:
-#: ``release``, the runtime's default when absent, or ``hold``; ``sluice_runtime.standby_executors``)
+#: ``hold``, the runtime's default when absent, or ``release``; ``sluice_runtime.standby_executors``)
 STANDBY_EXECUTORS_ENV = "SLUICE_STANDBY_EXECUTORS"
 #: where the runtime writes it (under its HOME/temporary directory) for ``podTemplateFile``
 EXECUTOR_POD_TEMPLATE_CONF = "spark.kubernetes.executor.podTemplateFile"

@@ -54,7 +54,7 @@ class Engine(StatusModel):
         default=None, description="The object store the checkpoints live in (absent: the state volume). "
         "Where they live (its uri, or a volume) never changes under a running query.")
     standby_executors: StandbyExecutors | None = Field(
-        default=None, description="What a standby driver does with executor pods (absent: release, the "
+        default=None, description="What a standby driver does with executor pods (absent: hold, the "
         "default; so that the default changes no digest).")
     template: int = Field(default=0, description="The version of the operator's pod template it was deployed "
                           "with.")

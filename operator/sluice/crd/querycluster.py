@@ -156,12 +156,12 @@ class QueryClusterSpec(CrdModel):
         default=0, ge=0, le=3, description="Standby drivers per query waiting to take over."
     )
     standby_executors: StandbyExecutors = Field(
-        default="release", description="With executors: what a standby driver does with executor pods. "
-        "release: it holds none; the driver that takes the Lease asks Spark for the query's executors, "
-        "and a driver that stands by again gives them back (a takeover waits for the executor pods to "
-        "start and runs the first batch on a driver that did not warm up on the plan). hold: every "
-        "standby runs executors of its own and warms up through them: the shortest takeover, for the "
-        "pods' cost.",
+        default="hold", description="With executors: what a standby driver does with executor pods. "
+        "hold: every standby runs executors of its own and warms up on the plan through them: the "
+        "shortest takeover, for the pods' cost. release: a standby holds none; the driver that takes "
+        "the Lease asks Spark for the query's executors, and a driver that stands by again gives them "
+        "back (a takeover then waits for the executor pods and runs its first batch on a driver and "
+        "executors that did not warm up: several times longer).",
     )
     cleanup: CleanupPolicy = Field(
         default_factory=CleanupPolicy, description="Default clean-up policy of retired plan versions."
@@ -216,7 +216,7 @@ class QueryClusterSpec(CrdModel):
             kafka_client_settings=self.kafka.pinned_client_settings(), template=WORKLOAD_TEMPLATE,
             pod_template=self._pod_template(), lease_seconds=self.lease.duration_seconds,
             object_store=self.storage.object_store,
-            standby_executors=None if self.standby_executors == "release" else self.standby_executors,
+            standby_executors=None if self.standby_executors == "hold" else self.standby_executors,
         )
 
     def _pod_template(self) -> PodTemplates | None:
@@ -239,7 +239,7 @@ class QueryClusterSpec(CrdModel):
             "drain_seconds": engine.drain_seconds, "kafka": kafka, "pod_template": engine.pod_template,
             "lease": LeaseSettings(duration_seconds=engine.lease_seconds),
             "storage": self.storage.model_copy(update={"object_store": engine.object_store}),
-            "standby_executors": engine.standby_executors or "release",
+            "standby_executors": engine.standby_executors or "hold",
         })
 
 

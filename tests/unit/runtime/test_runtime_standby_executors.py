@@ -12,7 +12,8 @@ K8S = "k8s://https://10.0.0.1:443"
 
 
 @pytest.mark.parametrize(("conf", "executors"), [({"spark.executor.instances": "4"}, 4), ({}, 2)])
-def test_an_elected_driver_on_kubernetes_releases_by_default(conf: dict[str, str], executors: int) -> None:
+def test_an_elected_driver_on_kubernetes_that_releases_starts_without_executors(
+        conf: dict[str, str], executors: int) -> None:
     policy = plan_for(conf, K8S, RELEASE, elected=True)
     assert policy.released and policy.executors == executors  # Spark's own default is 2
     assert start_conf(conf, policy) == {**conf, "spark.executor.instances": "0"}
@@ -40,8 +41,8 @@ def test_bad_settings_are_refused_naming_them() -> None:
 
 
 def test_the_runtime_reads_the_mode_from_its_environment_and_refuses_an_unknown_one() -> None:
-    assert _resolve([], dict(REQUIRED)).standby_executors == RELEASE
-    assert _resolve([], {**REQUIRED, "SLUICE_STANDBY_EXECUTORS": "hold"}).standby_executors == HOLD
+    assert _resolve([], dict(REQUIRED)).standby_executors == HOLD
+    assert _resolve([], {**REQUIRED, "SLUICE_STANDBY_EXECUTORS": "release"}).standby_executors == RELEASE
     with pytest.raises(cli.ConfigError, match="SLUICE_STANDBY_EXECUTORS: 'keep'"):
         _resolve([], {**REQUIRED, "SLUICE_STANDBY_EXECUTORS": "keep", "SLUICE_MASTER": K8S,
                       "SLUICE_LEASE_NAME": "q-driver", "SLUICE_LEASE_NAMESPACE": "ns"})

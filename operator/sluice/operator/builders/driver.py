@@ -233,8 +233,8 @@ def driver_env(ctx: QueryContext, plan_hash: str | None = None) -> list[dict[str
         env.append({"name": OUTPUT_TOPIC_ENV, "value": ctx.output_topic})
     if ctx.start_from is not None:  # a backfill's fresh checkpoint starts there
         env.append({"name": START_FROM_ENV, "value": ctx.start_from})
-    if ctx.executors > 0 and ctx.cluster.standby_executors != "release":
-        # absent by default (the runtime's default is release): the pods stay as they were
+    if ctx.executors > 0 and ctx.cluster.standby_executors != "hold":
+        # absent by default (the runtime's default is hold): the pods stay as they were
         env.append({"name": STANDBY_EXECUTORS_ENV, "value": ctx.cluster.standby_executors})
     writers = ctx.cluster.exactly_once.writers if ctx.cluster.exactly_once is not None else "driver"
     if writers != "driver":  # absent by default: the pods of a cluster without it stay as they were
