@@ -28,6 +28,8 @@ from typing import Any
 
 from sluice.core.naming import STANDBY_EXECUTORS_ENV
 
+from sluice_runtime.session import EXECUTOR_INSTANCES as INSTANCES
+
 log = logging.getLogger(__name__)
 
 __all__ = ["HOLD", "MODES", "RELEASE", "STANDBY_EXECUTORS_ENV", "ExecutorHold", "StandbyExecutors",
@@ -36,7 +38,6 @@ __all__ = ["HOLD", "MODES", "RELEASE", "STANDBY_EXECUTORS_ENV", "ExecutorHold", 
 RELEASE = "release"
 HOLD = "hold"
 MODES = (RELEASE, HOLD)
-INSTANCES = "spark.executor.instances"
 #: Spark's default of ``spark.executor.instances`` with static allocation
 SPARK_DEFAULT_INSTANCES = 2
 
