@@ -36,7 +36,6 @@ namespace and name, the hung pod and the Spark query (about 20 s after the stop)
 
 from __future__ import annotations
 
-import json
 import signal
 import threading
 import time
@@ -94,9 +93,9 @@ class PodTargets:
         self._thread = threading.Thread(target=self._run, name="pod-targets", daemon=True)
 
     def groups(self, namespace: str, selector: str, port_name: str) -> list[dict[str, Any]]:
-        out = self.cluster.kubectl("get", "pods", "-n", namespace, "-l", selector, "-o", "json", check=False)
+        listed = self.cluster.read(f"/api/v1/namespaces/{namespace}/pods", [("labelSelector", selector)])
         groups: list[dict[str, Any]] = []
-        for pod in json.loads(out).get("items", []) if out.strip() else []:
+        for pod in (listed or {}).get("items", []):
             ip = (pod.get("status") or {}).get("podIP")
             ports = [p["containerPort"] for c in pod["spec"]["containers"] for p in c.get("ports") or []
                      if p.get("name") == port_name]

@@ -156,9 +156,9 @@ def test_stream_stream_join_matches_orders_with_shipments(cluster: E2ECluster, n
 
 
 def executor_pods(cluster: E2ECluster, ns: str, query: str) -> list[dict[str, Any]]:
-    out = cluster.kubectl("get", "pods", "-n", ns, "-l", f"sluice.dev/query={query}",
-                          "-l", "app.kubernetes.io/component=executor", "-o", "json", check=False)
-    return list(json.loads(out).get("items", [])) if out.strip() else []
+    selector = f"sluice.dev/query={query},app.kubernetes.io/component=executor"
+    listed = cluster.read(f"/api/v1/namespaces/{ns}/pods", [("labelSelector", selector)])
+    return list((listed or {}).get("items", []))
 
 
 def test_executors_created_by_spark_s_kubernetes_scheduler_run_a_stateful_query(

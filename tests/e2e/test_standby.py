@@ -14,7 +14,6 @@ read_committed, holds every input record exactly once.
 
 from __future__ import annotations
 
-import json
 import signal
 import time
 from typing import Any
@@ -78,9 +77,8 @@ def takeover_record(cluster: E2ECluster, ns: str) -> Takeover | None:
 
 
 def events(cluster: E2ECluster, ns: str, reason: str) -> list[dict[str, Any]]:
-    out = cluster.kubectl("get", "events", "-n", ns, "--field-selector", f"reason={reason}", "-o", "json",
-                          check=False)
-    return list(json.loads(out).get("items", [])) if out.strip() else []
+    listed = cluster.read(f"/api/v1/namespaces/{ns}/events", [("fieldSelector", f"reason={reason}")])
+    return list((listed or {}).get("items", []))
 
 
 def test_failover_without_the_operator_and_a_zombie_that_stops(cluster: E2ECluster, ns: str) -> None:
