@@ -12,7 +12,10 @@ starts its SparkContext at once, standbys included. What a standby does with exe
   checkpoint epoch and starts its queries, so the pods start meanwhile; the first batch's tasks wait
   for them. A driver that loses or hands off the Lease and stands by again gives them back
   (:meth:`ExecutorHold.release`: the target set to 0, the registered executors killed; Spark deletes
-  their pods). A takeover then costs the executor pods' start (a JVM mapping the image's class-data
+  their pods). An executor whose pod was still starting then (a replacement for a lost one) registers
+  later, and Spark's scheduler keeps a registered executor whatever its target: while the driver
+  stands by, every executor that registers is killed too (:class:`LateExecutors`, every
+  :data:`REAP_SECONDS`). A takeover then costs the executor pods' start (a JVM mapping the image's class-data
   archive, then registration), cold executors and a driver that never ran the plan: measured
   several times longer than with ``hold`` (docs/performance.md).
 
@@ -22,6 +25,7 @@ Local mode (no executors) is unaffected by either.
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -32,14 +36,16 @@ from sluice_runtime.session import EXECUTOR_INSTANCES as INSTANCES
 
 log = logging.getLogger(__name__)
 
-__all__ = ["HOLD", "MODES", "RELEASE", "STANDBY_EXECUTORS_ENV", "ExecutorHold", "StandbyExecutors",
-           "plan_for", "start_conf"]
+__all__ = ["HOLD", "MODES", "REAP_SECONDS", "RELEASE", "STANDBY_EXECUTORS_ENV", "ExecutorHold",
+           "LateExecutors", "StandbyExecutors", "plan_for", "start_conf"]
 
 RELEASE = "release"
 HOLD = "hold"
 MODES = (RELEASE, HOLD)
 #: Spark's default of ``spark.executor.instances`` with static allocation
 SPARK_DEFAULT_INSTANCES = 2
+#: how often a driver standing by without executors kills the ones that registered since
+REAP_SECONDS = 5.0
 
 
 @dataclass(frozen=True)
@@ -83,6 +89,52 @@ def start_conf(conf: Mapping[str, str], policy: StandbyExecutors) -> dict[str, s
     return out
 
 
+def _kill_registered(spark_context: Any) -> int:
+    """Set the scheduler's executor target to 0 and kill every registered executor (Spark deletes
+    their pods); how many there were."""
+    sc, jvm = spark_context._jsc.sc(), spark_context._jvm
+    empty = jvm.org.apache.spark.api.python.PythonUtils.toScalaMap(jvm.java.util.HashMap())
+    sc.requestTotalExecutors(0, 0, empty)  # no replacement for the ones killed below
+    registered = sc.getExecutorIds()  # a Scala Seq, handed back as it is
+    count = int(registered.size())
+    if count:
+        sc.killExecutors(registered)
+    return count
+
+
+class LateExecutors:
+    """While a driver stands by without executors: every :data:`REAP_SECONDS`, kill the executors
+    that registered since it gave its own back (pods that were starting then). :meth:`stop` before
+    asking for executors again: after it returns nothing is killed any more."""
+
+    def __init__(self, spark_context: Any, every: float = REAP_SECONDS) -> None:
+        self._spark_context, self._every = spark_context, every
+        self._stopped = threading.Event()
+        self._lock = threading.Lock()  # a kill in progress finishes before stop() returns
+        self._thread = threading.Thread(target=self._run, name="late-executors", daemon=True)
+
+    def start(self) -> LateExecutors:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        with self._lock:
+            self._stopped.set()
+
+    def _run(self) -> None:
+        while not self._stopped.wait(self._every):
+            with self._lock:
+                if self._stopped.is_set():
+                    return
+                try:
+                    count = _kill_registered(self._spark_context)
+                except Exception as exc:  # the context stopping with the process
+                    log.warning("executors: cannot look for late ones: %s", exc)
+                    continue
+            if count:
+                log.info("executors: %s registered while standing by, given back", count)
+
+
 class ExecutorHold:
     """Asks Spark's scheduler for the query's executors at a takeover and gives them back when the
     driver stands by again (``release`` mode; nothing in ``hold`` mode or local mode)."""
@@ -90,10 +142,14 @@ class ExecutorHold:
     def __init__(self, policy: StandbyExecutors) -> None:
         self.policy = policy
         self.held = not policy.released  # hold mode: the context started with them
+        self._late: LateExecutors | None = None
 
     def acquire(self, spark_context: Any) -> None:
         if self.held:
             return
+        if self._late is not None:
+            self._late.stop()
+            self._late = None
         sc, jvm = spark_context._jsc.sc(), spark_context._jvm
         empty = jvm.org.apache.spark.api.python.PythonUtils.toScalaMap(jvm.java.util.HashMap())
         accepted = sc.requestTotalExecutors(self.policy.executors, 0, empty)
@@ -104,12 +160,7 @@ class ExecutorHold:
     def release(self, spark_context: Any) -> None:
         if not self.held or not self.policy.released:
             return
-        sc, jvm = spark_context._jsc.sc(), spark_context._jvm
-        empty = jvm.org.apache.spark.api.python.PythonUtils.toScalaMap(jvm.java.util.HashMap())
-        sc.requestTotalExecutors(0, 0, empty)  # no replacement for the ones killed below
-        registered = sc.getExecutorIds()  # a Scala Seq, handed back as it is
-        count = registered.size()
-        if count:
-            sc.killExecutors(registered)
+        count = _kill_registered(spark_context)
         self.held = False
+        self._late = LateExecutors(spark_context).start()
         log.info("executors: %s given back (standing by)", count)
