@@ -89,12 +89,18 @@ def start_conf(conf: Mapping[str, str], policy: StandbyExecutors) -> dict[str, s
     return out
 
 
+def _request_total(spark_context: Any, executors: int) -> bool:
+    """Set the scheduler's executor target; whether the scheduler accepted it."""
+    sc, jvm = spark_context._jsc.sc(), spark_context._jvm
+    empty = jvm.org.apache.spark.api.python.PythonUtils.toScalaMap(jvm.java.util.HashMap())
+    return bool(sc.requestTotalExecutors(executors, 0, empty))
+
+
 def _kill_registered(spark_context: Any) -> int:
     """Set the scheduler's executor target to 0 and kill every registered executor (Spark deletes
     their pods); how many there were."""
-    sc, jvm = spark_context._jsc.sc(), spark_context._jvm
-    empty = jvm.org.apache.spark.api.python.PythonUtils.toScalaMap(jvm.java.util.HashMap())
-    sc.requestTotalExecutors(0, 0, empty)  # no replacement for the ones killed below
+    _request_total(spark_context, 0)  # no replacement for the ones killed below
+    sc = spark_context._jsc.sc()
     registered = sc.getExecutorIds()  # a Scala Seq, handed back as it is
     count = int(registered.size())
     if count:
@@ -150,9 +156,7 @@ class ExecutorHold:
         if self._late is not None:
             self._late.stop()
             self._late = None
-        sc, jvm = spark_context._jsc.sc(), spark_context._jvm
-        empty = jvm.org.apache.spark.api.python.PythonUtils.toScalaMap(jvm.java.util.HashMap())
-        accepted = sc.requestTotalExecutors(self.policy.executors, 0, empty)
+        accepted = _request_total(spark_context, self.policy.executors)
         self.held = True
         log.info("executors: %s asked of Spark's scheduler (%s)", self.policy.executors,
                  "accepted" if accepted else "not accepted")

@@ -24,6 +24,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from sluice.crd.base import GROUP, VERSION
+from sluice.crd.querycluster import QueryCluster
+from sluice.crd.streamingquery import StreamingQuery
+
 log = logging.getLogger(__name__)
 
 #: the API paths of the kinds the tests read one by one (``E2ECluster.get``): read through one
@@ -31,8 +35,8 @@ log = logging.getLogger(__name__)
 #: on the 2-core CI machine each kubectl process costs about a tenth of a CPU-second); other kinds
 #: through kubectl
 PATHS = {
-    "streamingquery": "/apis/sluice.dev/v1alpha1/namespaces/{ns}/streamingqueries/{name}",
-    "querycluster": "/apis/sluice.dev/v1alpha1/namespaces/{ns}/queryclusters/{name}",
+    "streamingquery": f"/apis/{GROUP}/{VERSION}/namespaces/{{ns}}/{StreamingQuery.plural}/{{name}}",
+    "querycluster": f"/apis/{GROUP}/{VERSION}/namespaces/{{ns}}/{QueryCluster.plural}/{{name}}",
     "deployment": "/apis/apps/v1/namespaces/{ns}/deployments/{name}",
     "lease": "/apis/coordination.k8s.io/v1/namespaces/{ns}/leases/{name}",
     "pvc": "/api/v1/namespaces/{ns}/persistentvolumeclaims/{name}",
